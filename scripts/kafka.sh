@@ -1,0 +1,276 @@
+#!/usr/bin/env bash
+# A local Apache Kafka 4.x (KRaft, no ZooKeeper) for development, tests and benchmarks,
+# assembled from Maven Central jars and run with the machine's Java. No Docker needed.
+#
+#   scripts/kafka.sh start            one broker on 127.0.0.1:9092 (PLAINTEXT) and :9094 (SASL/PLAIN)
+#   scripts/kafka.sh start --cluster  three brokers on 127.0.0.1:19092,29092,39092 (RF 3, min ISR 2)
+#   scripts/kafka.sh stop [--cluster|--all]
+#   scripts/kafka.sh status
+#   scripts/kafka.sh topic NAME [PARTITIONS] [--cluster]     create if missing, then describe
+#   scripts/kafka.sh consume [TOPIC] [--cluster]             print key, partition, value from the start
+#   scripts/kafka.sh kill-node N | start-node N               cluster fault injection (kill -9 / restart)
+#   scripts/kafka.sh fetch                                    only download the jars
+#
+# Everything is idempotent: a second `start` finds the broker running and says so.
+# Jars live in .cache/kafka (KAFKA_CACHE), data, logs and pid files in .run/kafka (KAFKA_RUN).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${KAFKA_CACHE:-$ROOT/.cache/kafka}
+RUN=${KAFKA_RUN:-$ROOT/.run/kafka}
+LIB=$CACHE/lib
+TOPIC_DEFAULT=${MQ_TOPIC:-container.telemetry}
+PARTITIONS_DEFAULT=${KAFKA_PARTITIONS:-6}
+HEAP=${KAFKA_HEAP:--Xms256m -Xmx768m}
+# Credentials of the SASL/PLAIN listener of the single broker (tests of issue "broker security").
+SASL_USER=${KAFKA_SASL_USER:-ingest}
+SASL_PASSWORD=${KAFKA_SASL_PASSWORD:-ingest-secret}
+
+say() { printf 'kafka.sh: %s\n' "$*"; }
+die() { printf 'kafka.sh: %s\n' "$*" >&2; exit 1; }
+
+fetch() {
+  if compgen -G "$LIB/kafka_2.13-*.jar" >/dev/null && compgen -G "$LIB/kafka-tools-*.jar" >/dev/null \
+     && compgen -G "$LIB/log4j-core-*.jar" >/dev/null; then
+    return 0
+  fi
+  command -v mvn >/dev/null || die "mvn not found: install Maven (apt-get install maven)"
+  command -v java >/dev/null || die "java not found: install a JDK 17+ (apt-get install openjdk-17-jre-headless)"
+  say "downloading Kafka jars from Maven Central into $LIB"
+  mkdir -p "$LIB"
+  mvn -B -q -f "$ROOT/scripts/kafka/pom.xml" \
+    org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$LIB"
+  unzip -l "$LIB"/kafka_2.13-*.jar | grep -q 'kafka/Kafka.class' || die "kafka_2.13 jar has no kafka.Kafka class"
+  say "jars ready ($(ls "$LIB" | wc -l) files)"
+}
+
+java_run() { java -cp "$LIB/*" -Dlog4j2.configurationFile="$RUN/log4j2.properties" "$@"; }
+
+write_log4j() {
+  mkdir -p "$RUN"
+  cat >"$RUN/log4j2.properties" <<'EOF'
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+EOF
+  # The command-line tools share the JVM classpath; keep them quiet.
+  cat >"$RUN/tools-log4j2.properties" <<'EOF'
+appender.console.type = Console
+appender.console.name = STDERR
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %p %m%n
+rootLogger.level = WARN
+rootLogger.appenderRef.stderr.ref = STDERR
+EOF
+  # Short timeouts so that a tool aimed at a broker that is not up fails fast instead of waiting 60 s.
+  printf 'request.timeout.ms=3000\ndefault.api.timeout.ms=5000\n' >"$RUN/tools.properties"
+}
+
+tool() { java -cp "$LIB/*" -Dlog4j2.configurationFile="$RUN/tools-log4j2.properties" "$@"; }
+
+# node_config NAME ID BROKER_PORT CONTROLLER_PORT VOTERS EXTRA...
+node_config() {
+  local name=$1 id=$2 bport=$3 cport=$4 voters=$5 extra=$6
+  local dir=$RUN/$name
+  mkdir -p "$dir/data"
+  cat >"$dir/server.properties" <<EOF
+process.roles=broker,controller
+node.id=$id
+controller.quorum.voters=$voters
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$dir/data
+num.network.threads=2
+num.io.threads=2
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+log.retention.hours=24
+log.segment.bytes=104857600
+$extra
+EOF
+}
+
+single_config() {
+  node_config single 1 9092 9093 "1@127.0.0.1:9093" "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,SASL_PLAINTEXT://127.0.0.1:9094
+advertised.listeners=PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9094
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"$SASL_USER\" password=\"$SASL_PASSWORD\" user_$SASL_USER=\"$SASL_PASSWORD\";
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+default.replication.factor=1
+min.insync.replicas=1"
+}
+
+cluster_config() {
+  local voters="1@127.0.0.1:19093,2@127.0.0.1:29093,3@127.0.0.1:39093" i
+  for i in 1 2 3; do
+    node_config "node$i" "$i" "${i}9092" "${i}9093" "$voters" "listeners=PLAINTEXT://127.0.0.1:${i}9092,CONTROLLER://127.0.0.1:${i}9093
+advertised.listeners=PLAINTEXT://127.0.0.1:${i}9092
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+offsets.topic.replication.factor=3
+transaction.state.log.replication.factor=3
+transaction.state.log.min.isr=2
+share.coordinator.state.topic.replication.factor=3
+share.coordinator.state.topic.min.isr=2
+default.replication.factor=3
+min.insync.replicas=2
+broker.session.timeout.ms=4000
+broker.heartbeat.interval.ms=1000
+leader.imbalance.check.interval.seconds=10"
+  done
+}
+
+pid_of() { local f=$RUN/$1/pid; [[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null && cat "$f"; return 0; }
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+format_node() {
+  local name=$1 cid=$2
+  [[ -f $RUN/$name/data/meta.properties ]] && return 0
+  java_run kafka.tools.StorageTool format -t "$cid" -c "$RUN/$name/server.properties" >"$RUN/$name/format.log" 2>&1 \
+    || { cat "$RUN/$name/format.log" >&2; die "formatting $name failed"; }
+}
+
+launch_node() {
+  local name=$1 port=$2
+  if [[ -n $(pid_of "$name") ]]; then say "$name already running (pid $(pid_of "$name"))"; return 0; fi
+  port_open "$port" && die "port $port is taken by another process; stop it or set MQ_BROKERS to that broker"
+  # setsid: the broker must not receive the Ctrl-C meant for a foreground `make run`.
+  setsid java $HEAP -XX:+UseG1GC -Djava.awt.headless=true -Dlog4j2.configurationFile="$RUN/log4j2.properties" \
+    -cp "$LIB/*" kafka.Kafka "$RUN/$name/server.properties" >>"$RUN/$name/broker.log" 2>&1 </dev/null &
+  echo $! >"$RUN/$name/pid"
+}
+
+# Waits until a broker really answers a metadata request (a topic listing), not just a port.
+wait_ready() {
+  local bootstrap=$1 name=$2 deadline=$((SECONDS + ${KAFKA_START_TIMEOUT:-120}))
+  while ((SECONDS < deadline)); do
+    if [[ -z $(pid_of "$name") ]]; then tail -n 30 "$RUN/$name/broker.log" >&2; die "$name exited during start-up (log: $RUN/$name/broker.log)"; fi
+    if tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$bootstrap" --command-config "$RUN/tools.properties" --list >/dev/null 2>&1; then
+      return 0
+    fi
+    sleep 0.5
+  done
+  die "broker at $bootstrap did not answer a metadata request within ${KAFKA_START_TIMEOUT:-120} s (log: $RUN/$name/broker.log)"
+}
+
+# create_topic BOOTSTRAP NAME PARTITIONS RF
+create_topic() {
+  local out tries=0
+  until out=$(tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$1" --command-config "$RUN/tools.properties" \
+      --create --if-not-exists --topic "$2" --partitions "$3" --replication-factor "$4" 2>&1); do
+    # In a cluster, RF 3 needs all three brokers registered; they come up a moment apart.
+    ((++tries < 30)) || { echo "$out" >&2; die "could not create topic $2"; }
+    sleep 1
+  done
+}
+
+describe_topic() {
+  tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$1" --command-config "$RUN/tools.properties" --describe --topic "$2"
+}
+
+cluster_id() {
+  local f=$RUN/$1.cluster-id
+  [[ -f $f ]] || java_run kafka.tools.StorageTool random-uuid >"$f"
+  cat "$f"
+}
+
+start_single() {
+  local t0=$SECONDS
+  fetch; write_log4j
+  if [[ -n $(pid_of single) ]]; then say "broker already running on 127.0.0.1:9092 (pid $(pid_of single))"; return 0; fi
+  single_config
+  format_node single "$(cluster_id single)"
+  launch_node single 9092
+  wait_ready 127.0.0.1:9092 single
+  create_topic 127.0.0.1:9092 "$TOPIC_DEFAULT" "$PARTITIONS_DEFAULT" 1
+  say "broker ready on 127.0.0.1:9092 (SASL/PLAIN on :9094) with topic $TOPIC_DEFAULT ($PARTITIONS_DEFAULT partitions) in $((SECONDS - t0)) s"
+}
+
+start_cluster() {
+  local t0=$SECONDS cid i
+  fetch; write_log4j
+  cluster_config
+  cid=$(cluster_id cluster)
+  for i in 1 2 3; do format_node "node$i" "$cid"; done
+  for i in 1 2 3; do launch_node "node$i" "${i}9092"; done
+  wait_ready 127.0.0.1:19092 node1
+  create_topic "$CLUSTER_BOOTSTRAP" "$TOPIC_DEFAULT" "$PARTITIONS_DEFAULT" 3
+  say "3-broker cluster ready on $CLUSTER_BOOTSTRAP with topic $TOPIC_DEFAULT ($PARTITIONS_DEFAULT partitions, RF 3, min ISR 2) in $((SECONDS - t0)) s"
+}
+CLUSTER_BOOTSTRAP=127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092
+
+stop_node() {
+  local name=$1 pid sig=${2:-TERM} i
+  pid=$(pid_of "$name")
+  [[ -z $pid ]] && { rm -f "$RUN/$name/pid"; return 0; }
+  kill "-$sig" "$pid" 2>/dev/null || true
+  for i in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; sleep 0.5; fi
+  rm -f "$RUN/$name/pid"
+  say "stopped $name (pid $pid)"
+}
+
+stop_all_of() {
+  local n
+  # Stop cluster nodes in parallel: a controller quorum that loses members one by one stalls shutdown.
+  for n in "$@"; do stop_node "$n" & done
+  wait
+}
+
+status() {
+  local n any=0
+  for n in single node1 node2 node3; do
+    if [[ -n $(pid_of "$n") ]]; then say "$n running (pid $(pid_of "$n"))"; any=1; fi
+  done
+  ((any)) || say "no broker running"
+  return 0
+}
+
+cmd=${1:-help}; shift || true
+cluster=0; all=0
+args=()
+for a in "$@"; do
+  case $a in --cluster) cluster=1 ;; --all) all=1 ;; *) args+=("$a") ;; esac
+done
+bootstrap() { ((cluster)) && echo "$CLUSTER_BOOTSTRAP" || echo 127.0.0.1:9092; }
+
+case $cmd in
+  fetch) fetch ;;
+  start) if ((cluster)); then start_cluster; else start_single; fi ;;
+  stop)
+    if ((all)); then stop_all_of single node1 node2 node3
+    elif ((cluster)); then stop_all_of node1 node2 node3
+    else stop_all_of single; fi
+    say "stopped" ;;
+  status) status ;;
+  topic)
+    fetch; write_log4j
+    name=${args[0]:-$TOPIC_DEFAULT}; parts=${args[1]:-$PARTITIONS_DEFAULT}
+    create_topic "$(bootstrap)" "$name" "$parts" "$( ((cluster)) && echo 3 || echo 1)"
+    describe_topic "$(bootstrap)" "$name" ;;
+  consume)
+    fetch; write_log4j
+    exec java -cp "$LIB/*" -Dlog4j2.configurationFile="$RUN/tools-log4j2.properties" \
+      org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$(bootstrap)" \
+      --topic "${args[0]:-$TOPIC_DEFAULT}" --from-beginning --timeout-ms "${KAFKA_CONSUME_TIMEOUT_MS:-5000}" \
+      --property print.key=true --property print.partition=true --property print.timestamp=true ;;
+  kill-node) stop_node "node${args[0]:?node number 1-3}" KILL ;;
+  start-node)
+    n=${args[0]:?node number 1-3}; write_log4j
+    launch_node "node$n" "${n}9092"; wait_ready "127.0.0.1:${n}9092" "node$n"; say "node$n back on 127.0.0.1:${n}9092" ;;
+  help|-h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' ;;
+  *) die "unknown command '$cmd' (try: $0 help)" ;;
+esac
