@@ -1,0 +1,184 @@
+// Every environment variable the service reads, its default and its rule, in one place.
+// Parsed once at start-up; a bad value stops the process (exit 2) with a message naming the variable.
+// The README's configuration table mirrors DEFAULTS and the descriptions below.
+import { readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
+import { z } from 'zod';
+
+export const DEFAULTS = {
+  MQ_BROKERS: 'localhost:9092',
+  MQ_TOPIC: 'container.telemetry',
+  LISTEN_ADDR: ':8080',
+  WORKERS: 'auto',
+  MAX_BODY_BYTES: '1048576',
+  MAX_POINTS: '10000',
+  PRODUCER_QUEUE_MAX_POINTS: '100000',
+  PRODUCER_QUEUE_MAX_BYTES: '67108864',
+  BROKER_DOWN_GRACE_MS: '5000',
+  SHUTDOWN_TIMEOUT_MS: '20000',
+  LOG_LEVEL: 'info',
+} as const;
+
+/** Prefix of the pass-through librdkafka properties: MQ_OPT_SECURITY_PROTOCOL=SASL_SSL → security.protocol. */
+export const PRODUCER_OPTION_PREFIX = 'MQ_OPT_';
+
+export interface ListenAddress {
+  /** '' means every interface (the `:8080` form). */
+  host: string;
+  port: number;
+}
+
+export interface Config {
+  brokers: string;
+  topic: string;
+  listen: ListenAddress;
+  workers: number;
+  maxBodyBytes: number;
+  maxPoints: number;
+  queueMaxPoints: number;
+  queueMaxBytes: number;
+  brokerDownGraceMs: number;
+  shutdownTimeoutMs: number;
+  logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+  /** librdkafka properties given through MQ_OPT_*, already translated to their dotted names. */
+  producerOptions: Readonly<Record<string, string>>;
+}
+
+export class ConfigError extends Error {
+  readonly variable: string;
+  constructor(variable: string, message: string) {
+    super(`${variable}: ${message}`);
+    this.name = 'ConfigError';
+    this.variable = variable;
+  }
+}
+
+const wholeNumber = (min: number, max = Number.MAX_SAFE_INTEGER) =>
+  z
+    .string()
+    .regex(/^\d+$/, 'must be a whole number')
+    .transform(Number)
+    .pipe(z.number().min(min, `must be at least ${min}`).max(max, `must be at most ${max}`));
+
+// `:8080`, `0.0.0.0:8080`, `127.0.0.1:8080`, `[::1]:8080`, `localhost:8080`.
+const LISTEN_RE = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]]*)):(\d{1,5})$/;
+const listenAddress = z.string().transform((value, ctx): ListenAddress => {
+  const m = LISTEN_RE.exec(value);
+  const port = m === null ? NaN : Number(m[3]);
+  if (m === null || port < 1 || port > 65535) {
+    ctx.addIssue({ code: 'custom', message: 'must look like :8080, 0.0.0.0:8080, 127.0.0.1:8080 or [::1]:8080 (port 1-65535)' });
+    return z.NEVER;
+  }
+  return { host: m[1] ?? m[2] ?? '', port };
+});
+
+const brokerList = z
+  .string()
+  .refine((v) => v.split(',').every((b) => /^[^\s,]+:\d{1,5}$/.test(b.trim())), 'must be a comma-separated list of host:port');
+
+const topicName = z.string().regex(/^[A-Za-z0-9._-]{1,249}$/, 'must be a Kafka topic name: 1-249 of A-Z a-z 0-9 . _ -');
+
+const workerCount = z.string().transform((value, ctx) => {
+  if (value === 'auto') return usableCpus();
+  const n = /^\d+$/.test(value) ? Number(value) : NaN;
+  if (!(n >= 1 && n <= 256)) {
+    ctx.addIssue({ code: 'custom', message: 'must be "auto" or a whole number from 1 to 256' });
+    return z.NEVER;
+  }
+  return n;
+});
+
+const EnvSchema = z.object({
+  MQ_BROKERS: brokerList,
+  MQ_TOPIC: topicName,
+  LISTEN_ADDR: listenAddress,
+  WORKERS: workerCount,
+  MAX_BODY_BYTES: wholeNumber(64, 1024 * 1024 * 1024),
+  MAX_POINTS: wholeNumber(1, 10_000_000),
+  PRODUCER_QUEUE_MAX_POINTS: wholeNumber(1, 10_000_000),
+  PRODUCER_QUEUE_MAX_BYTES: wholeNumber(1024, 2 ** 40),
+  BROKER_DOWN_GRACE_MS: wholeNumber(0, 3_600_000),
+  SHUTDOWN_TIMEOUT_MS: wholeNumber(100, 3_600_000),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
+});
+
+/** Reads the configuration from an environment (process.env by default). Throws ConfigError. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Config> {
+  const raw: Record<string, string> = {};
+  for (const key of Object.keys(DEFAULTS) as (keyof typeof DEFAULTS)[]) {
+    const v = env[key];
+    // An empty value (`FOO=`) means "not set", as shells and compose files often produce it.
+    raw[key] = v === undefined || v.trim() === '' ? DEFAULTS[key] : v.trim();
+  }
+  const parsed = EnvSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const variable = String(issue.path[0]);
+    throw new ConfigError(variable, `${issue.message} (got ${JSON.stringify(raw[variable])})`);
+  }
+  const e = parsed.data;
+  const config: Config = {
+    brokers: e.MQ_BROKERS,
+    topic: e.MQ_TOPIC,
+    listen: e.LISTEN_ADDR,
+    workers: e.WORKERS,
+    maxBodyBytes: e.MAX_BODY_BYTES,
+    maxPoints: e.MAX_POINTS,
+    queueMaxPoints: e.PRODUCER_QUEUE_MAX_POINTS,
+    queueMaxBytes: e.PRODUCER_QUEUE_MAX_BYTES,
+    brokerDownGraceMs: e.BROKER_DOWN_GRACE_MS,
+    shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
+    logLevel: e.LOG_LEVEL,
+    producerOptions: Object.freeze(producerOptionsFrom(env)),
+  };
+  if (config.queueMaxPoints < config.maxPoints) {
+    throw new ConfigError('PRODUCER_QUEUE_MAX_POINTS', `must be at least MAX_POINTS (${config.maxPoints}), or no full request could ever be accepted`);
+  }
+  return Object.freeze(config);
+}
+
+/**
+ * The mechanical rule for librdkafka properties: strip MQ_OPT_, lower-case, `_` becomes `.`,
+ * and `__` becomes a literal `_`. MQ_OPT_SASL_USERNAME → sasl.username. Unknown properties are
+ * rejected by librdkafka when the producer is created, which stops start-up (exit 2).
+ */
+export function producerOptionsFrom(env: NodeJS.ProcessEnv): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [key, value] of Object.entries(env)) {
+    if (!key.startsWith(PRODUCER_OPTION_PREFIX) || value === undefined) continue;
+    const name = key
+      .slice(PRODUCER_OPTION_PREFIX.length)
+      .toLowerCase()
+      .split('__')
+      .map((part) => part.replace(/_/g, '.'))
+      .join('_');
+    out[name] = value;
+  }
+  return out;
+}
+
+/** CPUs this process may use: the affinity mask, capped by a cgroup CPU quota (containers, pods). */
+export function usableCpus(): number {
+  let cpus = availableParallelism();
+  const quota = cgroupCpuQuota();
+  if (quota !== null) cpus = Math.min(cpus, Math.max(1, Math.round(quota)));
+  return cpus;
+}
+
+function cgroupCpuQuota(): number | null {
+  try {
+    // cgroup v2: "max 100000" or "<quota> <period>"
+    const [quota, period] = readFileSync('/sys/fs/cgroup/cpu.max', 'utf8').trim().split(/\s+/);
+    if (quota === undefined || quota === 'max' || period === undefined) return null;
+    return Number(quota) / Number(period);
+  } catch {
+    try {
+      // cgroup v1
+      const quota = Number(readFileSync('/sys/fs/cgroup/cpu/cpu.cfs_quota_us', 'utf8'));
+      const period = Number(readFileSync('/sys/fs/cgroup/cpu/cpu.cfs_period_us', 'utf8'));
+      return quota > 0 && period > 0 ? quota / period : null;
+    } catch {
+      return null;
+    }
+  }
+}

@@ -1,0 +1,15 @@
+// Exit statuses of the service's processes, shared by the workers and the primary that reads them.
+export const EXIT = {
+  OK: 0,
+  /** A worker crashed (uncaught exception); the primary replaces it. */
+  CRASH: 1,
+  /** Bad configuration, including an unknown or invalid MQ_OPT_* librdkafka property. */
+  CONFIG: 2,
+  /** The listen address cannot be bound. */
+  LISTEN: 3,
+  /** Shutdown timed out with points still not acknowledged by Kafka. */
+  UNFLUSHED: 4,
+} as const;
+
+/** A worker that exits with one of these before it listens stops the whole service. */
+export const STARTUP_FAILURES: ReadonlySet<number> = new Set([EXIT.CONFIG, EXIT.LISTEN]);

@@ -1,0 +1,229 @@
+// The HTTP edge of one worker: uWebSockets.js routes, body reading with limits, responses.
+// POST /track's logic after the body is read lives in track-body.ts.
+//
+// Every worker listens on the same port; uWS sets SO_REUSEPORT, so the kernel spreads connections.
+import uWS from 'uWebSockets.js';
+import type { Config } from '../config.js';
+import { errorBody, STATUS_LINE } from '../errors.js';
+import type { Logger } from '../log.js';
+import type { WorkerMetrics } from '../metrics.js';
+import { handleTrackBody, type PointSink, type TrackLimits, type TrackOutcome } from './track-body.js';
+
+export interface ServerDeps {
+  config: Config;
+  log: Logger;
+  metrics: WorkerMetrics;
+  producer: PointSink & { readiness(): { ready: boolean; reason: string } };
+  /** The Prometheus text of every worker (asked of the primary). */
+  clusterMetrics(): Promise<string>;
+  /** The OpenAPI document, served at /openapi.json. */
+  openApiJson: string;
+}
+
+type RouteMetrics = ReturnType<WorkerMetrics['other']>;
+
+const JSON_TYPE = 'application/json';
+const TEXT_METRICS_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
+
+const NOT_FOUND = errorBody('not_found', 'no such path; POST /track takes track points');
+const TRACK_METHOD = errorBody('method_not_allowed', 'use POST for /track');
+const GET_METHOD = errorBody('method_not_allowed', 'use GET for this path');
+const UNSUPPORTED_TYPE = errorBody('unsupported_media_type', 'Content-Type must be application/json');
+const UNSUPPORTED_ENCODING = errorBody('unsupported_media_type', 'Content-Encoding must be gzip or identity');
+const HEALTHY = '{"status":"ok"}';
+const READY = '{"status":"ready"}';
+
+/** `application/json`, any case, parameters such as charset allowed; missing means JSON. */
+function isJsonContentType(value: string): boolean {
+  if (value === '' || value === JSON_TYPE) return true;
+  const semi = value.indexOf(';');
+  return (semi < 0 ? value : value.slice(0, semi)).trim().toLowerCase() === JSON_TYPE;
+}
+
+export class HttpServer {
+  private readonly app: uWS.TemplatedApp;
+  private readonly limits: TrackLimits;
+  private listenSocket: uWS.us_listen_socket | null = null;
+  /** Requests whose body is still being read: shutdown waits for them. */
+  private bodiesInFlight = 0;
+  /** While shutting down, every response closes its connection so keep-alive clients move on. */
+  private draining = false;
+
+  constructor(private readonly deps: ServerDeps) {
+    const { config } = deps;
+    this.limits = {
+      maxBodyBytes: config.maxBodyBytes,
+      maxPoints: config.maxPoints,
+      brokerDownGraceMs: config.brokerDownGraceMs,
+      topic: config.topic,
+    };
+    const m = deps.metrics;
+    const health = m.other('/healthz');
+    const ready = m.other('/readyz');
+    const metricsRoute = m.other('/metrics');
+    const openapi = m.other('/openapi.json');
+    const other = m.other('other');
+
+    this.app = uWS.App()
+      .post('/track', (res, req) => this.onTrack(res, req))
+      .any('/track', (res) => this.reply(res, 405, TRACK_METHOD, m.track, 'POST'))
+      .get('/healthz', (res) => this.reply(res, 200, HEALTHY, health))
+      .get('/readyz', (res) => {
+        const r = this.deps.producer.readiness();
+        this.reply(res, r.ready ? 200 : 503, r.ready ? READY : JSON.stringify({ status: 'not_ready', reason: r.reason }), ready);
+      })
+      .get('/metrics', (res) => this.onMetrics(res, metricsRoute))
+      .get('/openapi.json', (res) => this.reply(res, 200, deps.openApiJson, openapi))
+      .any('/healthz', (res) => this.reply(res, 405, GET_METHOD, health, 'GET'))
+      .any('/readyz', (res) => this.reply(res, 405, GET_METHOD, ready, 'GET'))
+      .any('/metrics', (res) => this.reply(res, 405, GET_METHOD, metricsRoute, 'GET'))
+      .any('/openapi.json', (res) => this.reply(res, 405, GET_METHOD, openapi, 'GET'))
+      .any('/*', (res) => this.reply(res, 404, NOT_FOUND, other));
+  }
+
+  listen(): Promise<void> {
+    const { host, port } = this.deps.config.listen;
+    return new Promise((resolve, reject) => {
+      const done = (socket: uWS.us_listen_socket | false) => {
+        if (socket === false) return reject(new Error(`cannot listen on ${host || '*'}:${port} (address in use or not available)`));
+        this.listenSocket = socket;
+        resolve();
+      };
+      if (host === '') this.app.listen(port, done);
+      else this.app.listen(host, port, done);
+    });
+  }
+
+  /** Stops accepting connections, then waits (at most timeoutMs) for bodies being read to finish. */
+  async stop(timeoutMs: number): Promise<void> {
+    this.draining = true;
+    if (this.listenSocket !== null) uWS.us_listen_socket_close(this.listenSocket);
+    this.listenSocket = null;
+    const deadline = Date.now() + timeoutMs;
+    while (this.bodiesInFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  }
+
+  // ---- POST /track: the hot path ------------------------------------------------------------
+
+  private onTrack(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
+    const started = performance.now();
+    // Headers must be read now: uWS reuses `req` once this function returns.
+    if (!isJsonContentType(req.getHeader('content-type'))) return this.finishTrack(res, started, this.rejectEarly(415, UNSUPPORTED_TYPE, 'unsupported_media_type'), true);
+    const encoding = req.getHeader('content-encoding');
+    const gzipped = encoding === 'gzip' || encoding === 'x-gzip';
+    if (!gzipped && encoding !== '' && encoding !== 'identity') return this.finishTrack(res, started, this.rejectEarly(415, UNSUPPORTED_ENCODING, 'unsupported_media_type'), true);
+
+    const max = this.limits.maxBodyBytes;
+    const lengthHeader = req.getHeader('content-length');
+    const declared = lengthHeader === '' ? -1 : Number(lengthHeader);
+    if (declared > max) {
+      // Refused before a byte of the body is read; closing the connection stops the upload.
+      return this.finishTrack(res, started, this.tooLarge(), true);
+    }
+
+    // The body arrives in chunks that uWS owns and reuses after each callback: a single-chunk body
+    // (the common case) is handled in place without a copy; longer bodies are copied as they come.
+    let parts: Buffer[] | null = null;
+    let received = 0;
+    let done = false;
+    this.bodiesInFlight++;
+    res.onAborted(() => {
+      if (done) return;
+      done = true;
+      this.bodiesInFlight--;
+    });
+    res.onData((chunk, isLast) => {
+      if (done) return;
+      received += chunk.byteLength;
+      if (received > max) {
+        done = true;
+        this.bodiesInFlight--;
+        this.finishTrack(res, started, this.tooLarge(), true);
+        return;
+      }
+      if (!isLast) {
+        (parts ??= []).push(Buffer.copyBytesFrom(new Uint8Array(chunk)));
+        return;
+      }
+      done = true;
+      this.bodiesInFlight--;
+      let body: Uint8Array;
+      if (parts === null) body = new Uint8Array(chunk);
+      else {
+        parts.push(Buffer.copyBytesFrom(new Uint8Array(chunk)));
+        body = Buffer.concat(parts, received);
+      }
+      this.deps.metrics.requestBytes.inc(received);
+      this.finishTrack(res, started, handleTrackBody(body, gzipped, this.limits, this.deps.producer), false);
+    });
+  }
+
+  private rejectEarly(status: number, body: string, reason: 'unsupported_media_type'): TrackOutcome {
+    return { status, body, points: 0, reason };
+  }
+
+  private tooLarge(): TrackOutcome {
+    return {
+      status: 413,
+      body: errorBody('payload_too_large', `body is larger than ${this.limits.maxBodyBytes} bytes (MAX_BODY_BYTES)`),
+      points: 0,
+      reason: 'payload_too_large',
+    };
+  }
+
+  private finishTrack(res: uWS.HttpResponse, started: number, outcome: TrackOutcome, close: boolean): void {
+    const m = this.deps.metrics;
+    if (outcome.status === 202) {
+      m.points.inc(outcome.points);
+      if (outcome.points > 0) m.requestPoints.observe(outcome.points);
+    } else if (outcome.reason !== undefined) {
+      m.rejected[outcome.reason].inc(outcome.points);
+    }
+    res.cork(() => {
+      res.writeStatus(STATUS_LINE[outcome.status]!).writeHeader('content-type', JSON_TYPE);
+      if (outcome.retryAfter !== undefined) res.writeHeader('retry-after', String(outcome.retryAfter));
+      res.end(outcome.body, close || this.draining);
+    });
+    m.track.requests[outcome.status]?.inc();
+    m.track.duration.observe((performance.now() - started) / 1000);
+  }
+
+  // ---- the other routes ---------------------------------------------------------------------
+
+  private reply(
+    res: uWS.HttpResponse,
+    status: number,
+    body: string,
+    route: RouteMetrics,
+    allow?: string,
+  ): void {
+    res.writeStatus(STATUS_LINE[status]!).writeHeader('content-type', JSON_TYPE);
+    if (allow !== undefined) res.writeHeader('allow', allow);
+    res.end(body, this.draining);
+    route.requests[status]?.inc();
+  }
+
+  private onMetrics(res: uWS.HttpResponse, route: RouteMetrics): void {
+    let aborted = false;
+    res.onAborted(() => {
+      aborted = true;
+    });
+    this.deps.clusterMetrics().then(
+      (text) => {
+        if (aborted) return;
+        res.cork(() => {
+          res.writeStatus(STATUS_LINE[200]!).writeHeader('content-type', TEXT_METRICS_TYPE).end(text, this.draining);
+        });
+        route.requests[200]!.inc();
+      },
+      (err: unknown) => {
+        this.deps.log.warn({ err }, 'collecting cluster metrics failed');
+        if (aborted) return;
+        res.cork(() => {
+          res.writeStatus(STATUS_LINE[503]!).writeHeader('content-type', 'text/plain').end(`metrics unavailable: ${String(err)}\n`);
+        });
+        route.requests[503]!.inc();
+      },
+    );
+  }
+}

@@ -1,0 +1,107 @@
+// POST /track after the body has been read: decompress, decode, parse, validate, encode, enqueue.
+// Independent of uWebSockets.js so that it reads top to bottom and can be tested without sockets.
+//
+//   bytes ─gunzip?─▶ UTF-8 check ─▶ JSON.parse ─▶ array? ≤ MAX_POINTS? ─▶ zod ─▶ encode ─▶ producer
+//     413 / 400         400            400          400      413           400     413      500
+import { isUtf8 } from 'node:buffer';
+import { gunzipSync } from 'node:zlib';
+import { errorBody, type ErrorCode } from '../errors.js';
+import type { Refusal } from '../kafka/producer.js';
+import type { RejectReason } from '../metrics.js';
+import { encodePoints, type EncodedPoints } from '../track-point/encode.js';
+import { validatePoints } from '../track-point/schema.js';
+
+export interface TrackOutcome {
+  status: number;
+  body: string;
+  /** Set on 500: the client should retry after this many seconds. */
+  retryAfter?: number;
+  /** Points taken (202) or refused (with the reason), for metrics. */
+  points: number;
+  reason?: RejectReason;
+}
+
+/** What the track body needs from the producer: the one call of the hot path. */
+export interface PointSink {
+  tryEnqueue(batch: EncodedPoints): Refusal | null;
+}
+
+export interface TrackLimits {
+  maxBodyBytes: number;
+  maxPoints: number;
+  brokerDownGraceMs: number;
+  topic: string;
+}
+
+const EMPTY_ACCEPTED = '{"accepted":0}';
+
+function refuse(status: number, code: ErrorCode, message: string, points = 0): TrackOutcome {
+  return { status, body: errorBody(code, message), points, reason: code as RejectReason };
+}
+
+export function handleTrackBody(raw: Uint8Array, gzipped: boolean, limits: TrackLimits, sink: PointSink): TrackOutcome {
+  let bytes = raw;
+  if (gzipped) {
+    try {
+      // maxOutputLength bounds a gzip bomb: inflating stops at the limit instead of filling memory.
+      // Synchronous because the output is at most MAX_BODY_BYTES (1 MiB by default: ~2 ms).
+      bytes = gunzipSync(raw, { maxOutputLength: limits.maxBodyBytes });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') {
+        return refuse(413, 'payload_too_large', `body is larger than ${limits.maxBodyBytes} bytes once decompressed`);
+      }
+      return refuse(400, 'invalid_json', `body is not valid gzip: ${(err as Error).message}`);
+    }
+  }
+
+  // Buffer#toString would replace invalid sequences with U+FFFD and let them through; refuse instead.
+  if (!isUtf8(bytes)) return refuse(400, 'invalid_json', 'body is not valid UTF-8');
+  const text = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8');
+
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (err) {
+    return refuse(400, 'invalid_json', text.length === 0 ? 'body is empty; expected a JSON array of track points' : `body is not valid JSON: ${(err as Error).message}`);
+  }
+  if (!Array.isArray(parsed)) {
+    return refuse(400, 'validation_failed', 'body must be a JSON array of track points');
+  }
+  const count = parsed.length;
+  if (count === 0) return { status: 202, body: EMPTY_ACCEPTED, points: 0 };
+  if (count > limits.maxPoints) {
+    return refuse(413, 'payload_too_large', `${count} track points in one request; at most ${limits.maxPoints} (MAX_POINTS)`, count);
+  }
+
+  const result = validatePoints(parsed);
+  if (!result.ok) {
+    const n = result.invalidPoints;
+    return {
+      status: 400,
+      body: errorBody('validation_failed', `${n} invalid track point${n === 1 ? '' : 's'}`, result.details),
+      points: count,
+      reason: 'validation_failed',
+    };
+  }
+
+  const batch = encodePoints(result.points);
+  const refusal = sink.tryEnqueue(batch);
+  if (refusal === null) return { status: 202, body: '{"accepted":' + count + '}', points: count };
+  if (refusal === 'message_too_large') {
+    return refuse(413, 'payload_too_large', `a track point encodes to ${batch.largestValue} bytes, above the Kafka message size limit`, count);
+  }
+  return { ...refuse(500, 'broker_unavailable', refusalMessage(refusal, limits), count), retryAfter: 1 };
+}
+
+function refusalMessage(refusal: Refusal, limits: TrackLimits): string {
+  switch (refusal) {
+    case 'connecting': return 'not connected to Kafka yet; nothing from this request was accepted';
+    case 'fatal_error': return 'the Kafka producer of this worker hit a fatal error; nothing from this request was accepted';
+    case 'topic_unknown': return `topic ${limits.topic} does not exist or has no leader; nothing from this request was accepted`;
+    case 'broker_down': return `no Kafka broker reachable for more than ${limits.brokerDownGraceMs} ms; nothing from this request was accepted`;
+    case 'queue_full': return 'the producer queue is full (Kafka is slower than the incoming points); nothing from this request was accepted';
+    case 'produce_failed': return 'the Kafka producer refused the points; nothing from this request was accepted';
+    case 'shutting_down': return 'this worker is shutting down; nothing from this request was accepted';
+    case 'message_too_large': return 'a track point is larger than the Kafka message size limit';
+  }
+}

@@ -1,0 +1,339 @@
+// One node-rdkafka producer per worker (created after the fork: librdkafka's threads do not
+// survive fork()). librdkafka does the batching: linger.ms=10, batch.num.messages=100 (spec 6).
+//
+// What this module promises the HTTP edge:
+//   - tryEnqueue() takes all points of a request or none (see the comment on it);
+//   - it refuses while the producer cannot deliver: not yet connected, a fatal error, the topic
+//     unknown, no broker reachable for longer than BROKER_DOWN_GRACE_MS, or the queue above its
+//     high-water mark (PRODUCER_QUEUE_MAX_POINTS / PRODUCER_QUEUE_MAX_BYTES);
+//   - every accepted message is accounted for until Kafka acknowledges it or it fails.
+import Kafka from 'node-rdkafka';
+import type { Config } from '../config.js';
+import { Throttled, type Logger } from '../log.js';
+import type { WorkerMetrics } from '../metrics.js';
+import type { EncodedPoints } from '../track-point/encode.js';
+import { CONTAINER_ID_MAX_LENGTH } from '../track-point/schema.js';
+
+export type Refusal =
+  | 'connecting'
+  | 'fatal_error'
+  | 'topic_unknown'
+  | 'broker_down'
+  | 'queue_full'
+  | 'message_too_large'
+  | 'produce_failed'
+  | 'shutting_down';
+
+/** librdkafka's default `message.max.bytes`; overridable through MQ_OPT_MESSAGE_MAX_BYTES. */
+const DEFAULT_MESSAGE_MAX_BYTES = 1_000_000;
+/** How often librdkafka's delivery reports are served to JavaScript. */
+const POLL_INTERVAL_MS = 5;
+const RECONNECT_DELAY_MS = 1_000;
+const STATS_INTERVAL_MS = 1_000;
+
+/** The librdkafka properties the contract fixes. MQ_OPT_* may override any of them, at the operator's risk. */
+export function producerSettings(config: Config, clientId: string): { global: Kafka.ProducerGlobalConfig; topic: Kafka.ProducerTopicConfig } {
+  // librdkafka's own queue limits sit above our high-water mark, so that produce() never fails with
+  // QUEUE_FULL for a request we have admitted. Its byte count includes keys, ours too; the headroom
+  // covers one more maximal request.
+  const maxKeyBytes = CONTAINER_ID_MAX_LENGTH * 3;
+  const librdMessages = config.queueMaxPoints + config.maxPoints;
+  const librdKbytes = Math.ceil((config.queueMaxBytes + 4 * config.maxBodyBytes + librdMessages * maxKeyBytes) / 1024);
+  const global: Kafka.ProducerGlobalConfig = {
+    'metadata.broker.list': config.brokers,
+    'client.id': clientId,
+    'linger.ms': 10,
+    'batch.num.messages': 100,
+    // Idempotence implies acks=all, max.in.flight<=5 and retries without duplicates or reordering.
+    'enable.idempotence': true,
+    'queue.buffering.max.messages': Math.min(librdMessages, 2_147_483_647),
+    'queue.buffering.max.kbytes': Math.min(librdKbytes, 2_147_483_647),
+    'statistics.interval.ms': STATS_INTERVAL_MS,
+    'socket.keepalive.enable': true,
+    dr_cb: true,
+    // librdkafka accepts topic-level properties here too and applies them to every topic.
+    ...(config.producerOptions as Kafka.ProducerGlobalConfig),
+  };
+  const topic: Kafka.ProducerTopicConfig = {
+    acks: -1, // "all"
+    // The Java client's default, so other producers of the same keys land on the same partitions.
+    partitioner: 'murmur2_random',
+  };
+  return { global, topic };
+}
+
+interface BrokerStats {
+  nodeid: number;
+  state: string;
+  txretries: number;
+  waitresp_cnt: number;
+  rtt?: { p99: number; cnt: number };
+}
+interface Stats {
+  brokers?: Record<string, BrokerStats>;
+  topics?: Record<string, { partitions?: Record<string, { partition: number; leader: number }>; batchcnt?: { avg: number; cnt: number } }>;
+}
+
+export class TrackProducer {
+  private readonly producer: Kafka.Producer;
+  private readonly topic: string;
+  private readonly maxPoints: number;
+  private readonly maxBytes: number;
+  private readonly messageMaxBytes: number;
+  private readonly graceMs: number;
+
+  private connected = false;
+  private fatal = false;
+  private stopping = false;
+  private topicReady = false;
+  private brokersUp = 0;
+  /** Since when no broker has been reachable (ms epoch), or null while one is. */
+  private downSince: number | null = null;
+  /** The answer tryEnqueue gives before looking at the queue; recomputed on every state change. */
+  private refusal: Refusal | null = 'connecting';
+  private pendingPoints = 0;
+  private pendingBytes = 0;
+  private readonly retriesSeen = new Map<string, number>();
+  private readonly deliveryFailures: Throttled;
+  private readonly connectFailures: Throttled;
+  private readonly brokerErrors: Throttled;
+  private graceTimer: NodeJS.Timeout | null = null;
+  private metadataTimer: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly config: Config,
+    private readonly log: Logger,
+    private readonly metrics: WorkerMetrics,
+    clientId: string,
+  ) {
+    this.topic = config.topic;
+    this.maxPoints = config.queueMaxPoints;
+    this.maxBytes = config.queueMaxBytes;
+    this.graceMs = config.brokerDownGraceMs;
+    const settings = producerSettings(config, clientId);
+    this.messageMaxBytes = Number(settings.global['message.max.bytes'] ?? DEFAULT_MESSAGE_MAX_BYTES);
+    // Throws on an unknown or invalid property: the worker reports it as a configuration error.
+    this.producer = new Kafka.Producer(settings.global, settings.topic);
+    this.deliveryFailures = new Throttled(log, 'error', 'kafka delivery failed for accepted points');
+    this.connectFailures = new Throttled(log, 'warn', 'cannot connect to kafka; retrying');
+    this.brokerErrors = new Throttled(log, 'warn', 'kafka client error');
+    this.producer.on('delivery-report', (err, report) => this.onDelivery(err, report));
+    this.producer.on('event.error', (err) => this.onError(err));
+    this.producer.on('event.stats', (event: { message: string }) => this.onStats(event.message));
+  }
+
+  /** Connects in the background and keeps retrying; until then tryEnqueue refuses with 'connecting'. */
+  start(): void {
+    this.connect();
+  }
+
+  get queuedPoints(): number {
+    return this.pendingPoints;
+  }
+
+  /** /readyz: a broker connection and the topic's metadata, right now (no grace period). */
+  readiness(): { ready: boolean; reason: string } {
+    if (this.stopping) return { ready: false, reason: 'shutting down' };
+    if (this.fatal) return { ready: false, reason: 'fatal producer error' };
+    if (!this.connected) return { ready: false, reason: `not connected to ${this.config.brokers}` };
+    if (this.brokersUp === 0) return { ready: false, reason: 'no broker reachable' };
+    if (!this.topicReady) return { ready: false, reason: `topic ${this.topic} unknown or without leaders` };
+    return { ready: true, reason: 'ok' };
+  }
+
+  /**
+   * Enqueues every point of one request, or none of them; returns null when taken, else why not.
+   *
+   * All or nothing holds because every condition under which librdkafka's produce() fails
+   * synchronously is checked before the first call:
+   *   ERR__QUEUE_FULL        our high-water mark is below librdkafka's queue limits (producerSettings)
+   *                          and our count drops only after librdkafka's, so admitted points fit;
+   *   ERR_MSG_SIZE_TOO_LARGE the largest value is compared with message.max.bytes;
+   *   ERR__FATAL / ERR__STATE / unknown topic  are states we track from events (`refusal`).
+   * What remains is a fatal error raised by librdkafka's thread during this very loop: then the
+   * messages already queued fail with ERR__FATAL too and are not written. Should produce() still
+   * throw midway, the request is answered 500, the points already queued are delivered, and a client
+   * retry duplicates them: never a loss. Both cases are logged and counted as delivery errors.
+   */
+  tryEnqueue(batch: EncodedPoints): Refusal | null {
+    if (this.refusal !== null) return this.refusal;
+    if (this.pendingPoints + batch.count > this.maxPoints || this.pendingBytes + batch.bytes > this.maxBytes) {
+      this.metrics.queueFull.inc();
+      return 'queue_full';
+    }
+    if (batch.largestValue > this.messageMaxBytes) return 'message_too_large';
+
+    // The Kafka timestamp is the time of acceptance, not the device clock (decisions): a device
+    // clock hours ahead would make the broker reject the whole batch.
+    const now = Date.now();
+    const { keys, values, count } = batch;
+    const topic = this.topic;
+    let i = 0;
+    try {
+      for (; i < count; i++) this.producer.produce(topic, null, values[i]!, keys[i], now);
+    } catch (err) {
+      this.pendingPoints += i;
+      this.pendingBytes += i === 0 ? 0 : batch.bytes; // an over-count only makes the limit stricter
+      if (i > 0) {
+        this.metrics.deliveryErrors.labels('PARTIAL_ENQUEUE').inc(i);
+        this.log.error({ err, enqueued: i, count }, 'produce failed midway: the points already queued will be delivered; the client gets 500 and may resend them (duplicates, never a loss)');
+      } else {
+        this.brokerErrors.report({ err });
+      }
+      return 'produce_failed';
+    }
+    this.pendingPoints += count;
+    this.pendingBytes += batch.bytes;
+    return null;
+  }
+
+  /**
+   * Stops taking points and waits until every queued point is acknowledged or has failed, at most
+   * timeoutMs. Returns how many were still outstanding (0 when everything was delivered).
+   */
+  async drain(timeoutMs: number): Promise<number> {
+    this.stopping = true;
+    this.updateRefusal();
+    if (this.graceTimer !== null) clearTimeout(this.graceTimer);
+    if (this.metadataTimer !== null) clearTimeout(this.metadataTimer);
+    const deadline = Date.now() + timeoutMs;
+    if (this.connected) {
+      while (this.pendingPoints > 0 && Date.now() < deadline) {
+        await new Promise<void>((resolve) => {
+          this.producer.flush(Math.max(1, Math.min(500, deadline - Date.now())), () => resolve());
+        });
+        // Delivery reports reach JavaScript through the poll loop; give it a turn.
+        await new Promise((r) => setTimeout(r, POLL_INTERVAL_MS * 2));
+      }
+    }
+    const left = this.pendingPoints;
+    this.deliveryFailures.flush();
+    await new Promise<void>((resolve) => {
+      if (!this.connected) return resolve();
+      this.producer.disconnect(Math.max(1000, deadline - Date.now()), () => resolve());
+    });
+    this.connected = false;
+    return left;
+  }
+
+  private connect(): void {
+    if (this.stopping) return;
+    this.producer.connect({ topic: this.topic, timeout: 10_000 }, (err, metadata) => {
+      if (err) {
+        this.connectFailures.report({ brokers: this.config.brokers, err: err.message });
+        setTimeout(() => this.connect(), RECONNECT_DELAY_MS).unref();
+        return;
+      }
+      this.connected = true;
+      this.brokersUp = Math.max(1, this.brokersUp);
+      this.downSince = null;
+      this.topicReady = hasLeaders(metadata.topics.find((t) => t.name === this.topic));
+      this.producer.setPollInterval(POLL_INTERVAL_MS);
+      this.log.info({ brokers: this.config.brokers, topic: this.topic, topicReady: this.topicReady }, 'kafka producer connected');
+      if (!this.topicReady) this.scheduleMetadataCheck();
+      this.updateRefusal();
+    });
+  }
+
+  /** The topic does not exist yet (auto-creation is the broker's choice): look again until it does. */
+  private scheduleMetadataCheck(): void {
+    if (this.metadataTimer !== null || this.stopping) return;
+    this.metadataTimer = setTimeout(() => {
+      this.metadataTimer = null;
+      this.producer.getMetadata({ topic: this.topic, timeout: 5_000 }, (err, metadata) => {
+        if (!err) this.topicReady = hasLeaders(metadata.topics.find((t) => t.name === this.topic));
+        if (!this.topicReady) {
+          this.log.warn({ topic: this.topic }, 'topic not found or without leaders; POST /track answers 500 until it exists');
+          this.scheduleMetadataCheck();
+        }
+        this.updateRefusal();
+      });
+    }, 2_000).unref();
+  }
+
+  private onDelivery(err: Kafka.LibrdKafkaError | null, report: Kafka.DeliveryReport): void {
+    this.pendingPoints--;
+    this.pendingBytes -= report.size + (report.key == null ? 0 : report.key.length);
+    if (this.pendingBytes < 0 || this.pendingPoints === 0) this.pendingBytes = 0;
+    if (err) {
+      this.metrics.deliveryErrors.labels(codeName(err.code)).inc();
+      this.deliveryFailures.report({ code: codeName(err.code), message: err.message, partition: report.partition });
+      return;
+    }
+    this.metrics.delivered.inc();
+    if (report.timestamp !== undefined) this.metrics.deliveryLatency.observe((Date.now() - report.timestamp) / 1000);
+  }
+
+  private onError(err: Kafka.LibrdKafkaError): void {
+    if (err.isFatal) {
+      this.fatal = true;
+      this.log.fatal({ err }, 'fatal kafka producer error: this worker stops taking points');
+      this.updateRefusal();
+      return;
+    }
+    if (err.code === Kafka.CODES.ERRORS.ERR__ALL_BROKERS_DOWN) {
+      this.brokersUp = 0;
+      this.markDown();
+    }
+    this.brokerErrors.report({ code: codeName(err.code), message: err.message });
+  }
+
+  private onStats(json: string): void {
+    const stats = JSON.parse(json) as Stats;
+    let up = 0;
+    for (const [name, b] of Object.entries(stats.brokers ?? {})) {
+      if (b.nodeid < 0) continue; // bootstrap entries; the real brokers are listed by node id
+      const broker = String(b.nodeid);
+      if (b.state === 'UP') up++;
+      if (b.rtt !== undefined && b.rtt.cnt > 0) this.metrics.brokerRtt.labels(broker).set(b.rtt.p99 / 1e6);
+      this.metrics.brokerInflight.labels(broker).set(b.waitresp_cnt);
+      const seen = this.retriesSeen.get(name) ?? 0;
+      if (b.txretries > seen) this.metrics.retries.labels(broker).inc(b.txretries - seen);
+      this.retriesSeen.set(name, b.txretries);
+    }
+    this.brokersUp = up;
+    this.metrics.brokerUp.set(up);
+    const topic = stats.topics?.[this.topic];
+    if (topic?.batchcnt !== undefined && topic.batchcnt.cnt > 0) this.metrics.batchSize.set(topic.batchcnt.avg);
+    if (topic?.partitions !== undefined) {
+      this.topicReady = Object.values(topic.partitions).some((p) => p.partition >= 0 && p.leader >= 0);
+    }
+    if (up > 0) this.downSince = null;
+    else this.markDown();
+    this.metrics.queuePoints.set(this.pendingPoints);
+    this.metrics.queueBytes.set(this.pendingBytes);
+    this.updateRefusal();
+  }
+
+  private markDown(): void {
+    if (this.downSince === null) {
+      this.downSince = Date.now();
+      // Re-evaluate when the grace period ends even if no further event arrives.
+      this.graceTimer ??= setTimeout(() => {
+        this.graceTimer = null;
+        this.updateRefusal();
+      }, this.graceMs + 10).unref();
+    }
+    this.updateRefusal();
+  }
+
+  private updateRefusal(): void {
+    const before = this.refusal;
+    if (this.stopping) this.refusal = 'shutting_down';
+    else if (this.fatal) this.refusal = 'fatal_error';
+    else if (!this.connected) this.refusal = 'connecting';
+    else if (this.downSince !== null && Date.now() - this.downSince >= this.graceMs) this.refusal = 'broker_down';
+    else if (!this.topicReady) this.refusal = 'topic_unknown';
+    else this.refusal = null;
+    if (before !== this.refusal) this.log.info({ from: before ?? 'accepting', to: this.refusal ?? 'accepting' }, 'producer state changed');
+  }
+}
+
+function hasLeaders(topic: Kafka.TopicMetadata | undefined): boolean {
+  return topic !== undefined && topic.partitions.length > 0 && topic.partitions.some((p) => p.leader >= 0);
+}
+
+const CODE_NAMES = new Map<number, string>(Object.entries(Kafka.CODES.ERRORS).map(([name, code]) => [code, name]));
+function codeName(code: number): string {
+  return CODE_NAMES.get(code) ?? `CODE_${code}`;
+}

@@ -1,0 +1,179 @@
+// Prometheus metrics. Each worker keeps its own prom-client registry; the primary aggregates them
+// (prom-client's AggregatorRegistry over the cluster IPC channel) so that one scrape of /metrics,
+// whichever worker answers it, covers every worker. Label sets are bounded: routes, status codes,
+// reasons, librdkafka error names and broker ids; never a container id.
+import client from 'prom-client';
+
+const { Counter, Gauge, Histogram, Registry } = client;
+
+export const METRIC_PREFIX = 'ingest_';
+
+/** Route label values: the paths the service knows, everything else is "other". */
+export const ROUTES = ['/track', '/healthz', '/readyz', '/metrics', '/openapi.json', 'other'] as const;
+export type Route = (typeof ROUTES)[number];
+
+export const STATUSES = [200, 202, 400, 404, 405, 413, 415, 500, 503] as const;
+
+export type RejectReason =
+  | 'invalid_json'
+  | 'validation_failed'
+  | 'payload_too_large'
+  | 'unsupported_media_type'
+  | 'broker_unavailable';
+
+export function createWorkerMetrics(workerId: string) {
+  const registry = new Registry();
+  client.collectDefaultMetrics({ register: registry, prefix: METRIC_PREFIX, labels: { worker: workerId } });
+  const registers = [registry];
+
+  const requests = new Counter({
+    name: `${METRIC_PREFIX}http_requests_total`,
+    help: 'HTTP requests answered, by route and status code.',
+    labelNames: ['route', 'status'] as const,
+    registers,
+  });
+  const duration = new Histogram({
+    name: `${METRIC_PREFIX}http_request_duration_seconds`,
+    help: 'Time from the request line to the response, body reading included, by route.',
+    labelNames: ['route'] as const,
+    buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+    registers,
+  });
+  const points = new Counter({
+    name: `${METRIC_PREFIX}points_accepted_total`,
+    help: 'Track points accepted (answered 202) and handed to the producer.',
+    registers,
+  });
+  const rejected = new Counter({
+    name: `${METRIC_PREFIX}points_rejected_total`,
+    help: 'Track points in requests that were refused, by reason (0 counted when the body could not be read as an array).',
+    labelNames: ['reason'] as const,
+    registers,
+  });
+  const requestBytes = new Counter({
+    name: `${METRIC_PREFIX}request_body_bytes_total`,
+    help: 'Request body bytes received on POST /track, as sent on the wire (before gunzip).',
+    registers,
+  });
+  const requestPoints = new Histogram({
+    name: `${METRIC_PREFIX}request_points`,
+    help: 'Track points per accepted request.',
+    buckets: [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10000],
+    registers,
+  });
+  const queuePoints = new Gauge({
+    name: `${METRIC_PREFIX}producer_queue_points`,
+    help: 'Points handed to the producer and not yet acknowledged by Kafka or failed.',
+    registers,
+  });
+  const queueBytes = new Gauge({
+    name: `${METRIC_PREFIX}producer_queue_bytes`,
+    help: 'Bytes (keys and values) of the points counted in ingest_producer_queue_points.',
+    registers,
+  });
+  const queueFull = new Counter({
+    name: `${METRIC_PREFIX}producer_queue_full_total`,
+    help: 'Requests refused with 500 because the producer queue was above its high-water mark.',
+    registers,
+  });
+  const delivered = new Counter({
+    name: `${METRIC_PREFIX}messages_delivered_total`,
+    help: 'Messages acknowledged by Kafka (acks=all).',
+    registers,
+  });
+  const deliveryErrors = new Counter({
+    name: `${METRIC_PREFIX}delivery_errors_total`,
+    help: 'Messages whose delivery failed after they were accepted, by librdkafka error code name.',
+    labelNames: ['code'] as const,
+    registers,
+  });
+  const deliveryLatency = new Histogram({
+    name: `${METRIC_PREFIX}delivery_latency_seconds`,
+    help: 'Time from accepting a point to its acknowledgement by Kafka.',
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+    registers,
+  });
+  const brokerUp = new Gauge({
+    name: `${METRIC_PREFIX}kafka_brokers_up`,
+    help: 'Brokers this worker holds an open connection to (summed over workers).',
+    registers,
+  });
+  const brokerRtt = new Gauge({
+    name: `${METRIC_PREFIX}kafka_broker_rtt_seconds`,
+    help: 'Broker round-trip time (librdkafka statistics, window p99), the highest over workers.',
+    labelNames: ['broker'] as const,
+    aggregator: 'max',
+    registers,
+  });
+  const brokerInflight = new Gauge({
+    name: `${METRIC_PREFIX}kafka_inflight_requests`,
+    help: 'Produce requests sent and awaiting a response (librdkafka waitresp_cnt).',
+    labelNames: ['broker'] as const,
+    registers,
+  });
+  const retries = new Counter({
+    name: `${METRIC_PREFIX}kafka_request_retries_total`,
+    help: 'Requests librdkafka retried towards a broker (statistics txretries).',
+    labelNames: ['broker'] as const,
+    registers,
+  });
+  const batchSize = new Gauge({
+    name: `${METRIC_PREFIX}kafka_batch_messages`,
+    help: 'Messages per produce batch to the topic (librdkafka statistics batchcnt, window average), averaged over workers.',
+    aggregator: 'average',
+    registers,
+  });
+
+  // Children bound once: the request path reads plain fields, never a label lookup by string.
+  const byStatus = (route: Route) => {
+    const out: Record<number, client.Counter.Internal> = {};
+    for (const s of STATUSES) out[s] = requests.labels(route, String(s));
+    return out;
+  };
+  return {
+    registry,
+    track: { requests: byStatus('/track'), duration: duration.labels('/track') },
+    other: (route: Route) => ({ requests: byStatus(route), duration: duration.labels(route) }),
+    points,
+    rejected: {
+      invalid_json: rejected.labels('invalid_json'),
+      validation_failed: rejected.labels('validation_failed'),
+      payload_too_large: rejected.labels('payload_too_large'),
+      unsupported_media_type: rejected.labels('unsupported_media_type'),
+      broker_unavailable: rejected.labels('broker_unavailable'),
+    } satisfies Record<RejectReason, unknown>,
+    requestBytes,
+    requestPoints,
+    queuePoints,
+    queueBytes,
+    queueFull,
+    delivered,
+    deliveryErrors,
+    deliveryLatency,
+    brokerUp,
+    brokerRtt,
+    brokerInflight,
+    retries,
+    batchSize,
+  };
+}
+
+export type WorkerMetrics = ReturnType<typeof createWorkerMetrics>;
+
+/** Metrics only the primary knows. */
+export function createPrimaryMetrics() {
+  const registry = new Registry();
+  const workerRestarts = new Counter({
+    name: `${METRIC_PREFIX}worker_restarts_total`,
+    help: 'Workers the primary replaced after they exited unexpectedly.',
+    registers: [registry],
+  });
+  const workers = new Gauge({
+    name: `${METRIC_PREFIX}workers`,
+    help: 'Workers currently running.',
+    registers: [registry],
+  });
+  return { registry, workerRestarts, workers };
+}
+
+export type PrimaryMetrics = ReturnType<typeof createPrimaryMetrics>;

@@ -1,0 +1,78 @@
+// The OpenAPI 3.1 description of the HTTP API, generated from the zod schema of a track point and
+// the error catalogue, so that neither is written twice. Served at GET /openapi.json and checked in
+// as openapi.json (`npm run openapi`); a test compares the two and checks the document against the validator.
+import { z } from 'zod';
+import { ERROR_STATUS } from './errors.js';
+import { TrackPointSchema } from './track-point/schema.js';
+
+export function buildOpenApi(limits: { maxPoints: number; maxBodyBytes: number }) {
+  const point = z.toJSONSchema(TrackPointSchema, { io: 'input', target: 'draft-2020-12' });
+  delete (point as { $schema?: string }).$schema;
+  const error = {
+    type: 'object',
+    required: ['error', 'message'],
+    properties: {
+      error: { type: 'string', enum: Object.keys(ERROR_STATUS) },
+      message: { type: 'string' },
+      details: {
+        type: 'array',
+        maxItems: 100,
+        items: {
+          type: 'object',
+          required: ['index', 'message'],
+          properties: { index: { type: 'integer', minimum: 0 }, field: { type: 'string' }, message: { type: 'string' } },
+        },
+      },
+    },
+  };
+  const errorResponse = (description: string, headers?: Record<string, unknown>) => ({
+    description,
+    ...(headers === undefined ? {} : { headers }),
+    content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+  });
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'Container telemetry ingestion',
+      version: '1',
+      description: 'Accepts GPS track points of shipping containers and writes one Kafka message per point, keyed by container_id.',
+    },
+    paths: {
+      '/track': {
+        post: {
+          summary: 'Submit track points',
+          description: `All or nothing: either every point of the request is accepted, or none. At most ${limits.maxPoints} points and ${limits.maxBodyBytes} bytes (after gunzip) per request.`,
+          parameters: [
+            { name: 'Content-Encoding', in: 'header', required: false, schema: { type: 'string', enum: ['gzip', 'identity'] } },
+          ],
+          requestBody: {
+            required: true,
+            content: { 'application/json': { schema: { type: 'array', maxItems: limits.maxPoints, items: { $ref: '#/components/schemas/TrackPoint' } } } },
+          },
+          responses: {
+            '202': {
+              description: 'Accepted: every point was handed to the Kafka producer.',
+              content: { 'application/json': { schema: { type: 'object', required: ['accepted'], properties: { accepted: { type: 'integer', minimum: 0 } } } } },
+            },
+            '400': errorResponse('invalid_json or validation_failed; nothing from the request is produced.'),
+            '405': errorResponse('method_not_allowed; the Allow header says POST.', { Allow: { schema: { type: 'string' } } }),
+            '413': errorResponse('payload_too_large: body over MAX_BODY_BYTES or more than MAX_POINTS points.'),
+            '415': errorResponse('unsupported_media_type: Content-Type other than application/json or an encoding other than gzip.'),
+            '500': errorResponse('broker_unavailable: the producer cannot take the points now; nothing was accepted.', {
+              'Retry-After': { schema: { type: 'integer' } },
+            }),
+          },
+        },
+      },
+      '/healthz': { get: { summary: 'Liveness', responses: { '200': { description: 'The process serves.' } } } },
+      '/readyz': {
+        get: {
+          summary: 'Readiness',
+          responses: { '200': { description: 'Connected to a broker with the topic metadata.' }, '503': { description: 'Not ready; the body says why.' } },
+        },
+      },
+      '/metrics': { get: { summary: 'Prometheus metrics of all workers', responses: { '200': { description: 'Prometheus text format 0.0.4.' } } } },
+    },
+    components: { schemas: { TrackPoint: point, Error: error } },
+  };
+}

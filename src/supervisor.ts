@@ -1,0 +1,99 @@
+// The primary process: forks the workers, replaces those that die, and runs the shutdown.
+// It never creates a Kafka producer (librdkafka's threads would not survive the fork).
+//
+//   start ──fork WORKERS──▶ running ──worker exits unexpectedly──▶ wait back-off ──fork one──▶ running
+//     │                        │
+//     │ a worker exits 2 or 3  │ SIGTERM / SIGINT
+//     │ before listening       ▼
+//     ▼                     stopping: tell every worker to shut down (each stops listening, flushes
+//   stop all, exit 2/3         its producer, exits) ──all exited──▶ exit 0 (1 if a worker failed to flush)
+//                              └─ SHUTDOWN_TIMEOUT_MS + 5 s and still running ──▶ SIGKILL, exit 1
+import cluster, { type Worker } from 'node:cluster';
+import type { Config } from './config.js';
+import { EXIT, STARTUP_FAILURES } from './exit-codes.js';
+import { createLogger } from './log.js';
+import { serveClusterMetrics } from './metrics-ipc.js';
+import { createPrimaryMetrics } from './metrics.js';
+import { WORKER_READY, WORKER_SHUTDOWN } from './worker.js';
+
+/** Restart back-off: immediate-ish for a lone crash, slower when crashes repeat (a crash loop). */
+const RESTART_BASE_MS = 100;
+const RESTART_MAX_MS = 10_000;
+const CRASH_WINDOW_MS = 60_000;
+
+export function runPrimary(config: Config): void {
+  const log = createLogger(config.logLevel, { role: 'primary' });
+  const metrics = createPrimaryMetrics();
+  serveClusterMetrics(metrics.registry);
+
+  const listening = new Set<number>();
+  const recentCrashes: number[] = [];
+  let stopping = false;
+  let failedShutdown = false;
+  let announced = false;
+
+  const fork = (): Worker => {
+    const worker = cluster.fork();
+    metrics.workers.set(Object.keys(cluster.workers ?? {}).length);
+    worker.on('message', (m: { type?: string }) => {
+      if (m?.type !== WORKER_READY) return;
+      listening.add(worker.id);
+      if (!announced && listening.size === config.workers) {
+        announced = true;
+        const { host, port } = config.listen;
+        log.info({ workers: config.workers, listen: `${host || '*'}:${port}`, brokers: config.brokers, topic: config.topic }, 'service listening');
+      }
+    });
+    return worker;
+  };
+
+  cluster.on('exit', (worker, code, signal) => {
+    const wasListening = listening.delete(worker.id);
+    metrics.workers.set(Object.keys(cluster.workers ?? {}).length);
+    if (stopping) {
+      if (code !== EXIT.OK) failedShutdown = true;
+      if (Object.keys(cluster.workers ?? {}).length === 0) {
+        log.info({ ok: !failedShutdown }, 'all workers stopped');
+        process.exit(failedShutdown ? EXIT.CRASH : EXIT.OK);
+      }
+      return;
+    }
+    if (!wasListening && STARTUP_FAILURES.has(code)) {
+      // A configuration or listen error will not heal by restarting: stop the whole service.
+      log.fatal({ worker: worker.id, code }, 'a worker could not start; stopping the service');
+      stopping = true;
+      for (const w of Object.values(cluster.workers ?? {})) w?.kill('SIGKILL');
+      process.exit(code);
+    }
+    const now = Date.now();
+    recentCrashes.push(now);
+    while (recentCrashes.length > 0 && now - recentCrashes[0]! > CRASH_WINDOW_MS) recentCrashes.shift();
+    const delay = Math.min(RESTART_MAX_MS, RESTART_BASE_MS * 2 ** (recentCrashes.length - 1));
+    metrics.workerRestarts.inc();
+    log.error({ worker: worker.id, pid: worker.process.pid, code, signal, restartInMs: delay, crashesLastMinute: recentCrashes.length }, 'worker exited unexpectedly; replacing it');
+    setTimeout(() => {
+      if (!stopping) fork();
+    }, delay);
+  });
+
+  const shutdown = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal, timeoutMs: config.shutdownTimeoutMs }, 'shutting down: draining workers and flushing producers');
+    const workers = Object.values(cluster.workers ?? {});
+    if (workers.length === 0) process.exit(EXIT.OK);
+    for (const w of workers) {
+      if (w?.isConnected()) w.send({ type: WORKER_SHUTDOWN });
+    }
+    setTimeout(() => {
+      log.error('workers did not stop in time; killing them');
+      for (const w of Object.values(cluster.workers ?? {})) w?.kill('SIGKILL');
+      process.exit(EXIT.CRASH);
+    }, config.shutdownTimeoutMs + 5_000).unref();
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
+
+  log.info({ workers: config.workers }, 'starting workers');
+  for (let i = 0; i < config.workers; i++) fork();
+}

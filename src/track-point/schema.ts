@@ -1,0 +1,70 @@
+// The track point: its type, its validation rules and its error messages, defined once here.
+// Spec section 2 and the decisions' "Track point validation". The OpenAPI document is generated
+// from this schema too, so the API description cannot drift from what the validator does.
+import { z } from 'zod';
+import { MAX_ERROR_DETAILS, type PointIssue } from '../errors.js';
+import { isRfc3339DateTime } from './rfc3339.js';
+
+export const CONTAINER_ID_MAX_LENGTH = 64;
+
+/** "is required" when the field is absent, otherwise the type message. */
+const typeError = (expected: string) => (issue: { input: unknown }) =>
+  issue.input === undefined ? 'is required' : expected;
+
+const between = (min: number, max: number) => `must be between ${min} and ${max}`;
+
+export const TrackPointSchema = z.object(
+  {
+    container_id: z
+      .string({ error: typeError('must be a string') })
+      .min(1, 'must not be empty')
+      .max(CONTAINER_ID_MAX_LENGTH, `must be at most ${CONTAINER_ID_MAX_LENGTH} characters`)
+      .meta({ description: 'Identifier of the shipping container; the Kafka message key.' }),
+    lat: z
+      .number({ error: typeError('must be a number') })
+      .min(-90, between(-90, 90))
+      .max(90, between(-90, 90))
+      .meta({ description: 'Latitude in degrees.' }),
+    lon: z
+      .number({ error: typeError('must be a number') })
+      .min(-180, between(-180, 180))
+      .max(180, between(-180, 180))
+      .meta({ description: 'Longitude in degrees.' }),
+    timestamp: z
+      .string({ error: typeError('must be an RFC 3339 date-time string') })
+      .refine(isRfc3339DateTime, 'must be an RFC 3339 date-time such as 2024-05-01T12:00:00Z')
+      .meta({ format: 'date-time', description: 'Time of the GPS measurement, RFC 3339 section 5.6; forwarded exactly as sent.' }),
+    speed: z
+      .number({ error: 'must be a number' })
+      .min(0, 'must be at least 0')
+      .default(0)
+      .meta({ description: 'Speed in metres per second; 0 when absent. null is rejected.' }),
+  },
+  { error: 'must be an object' },
+);
+
+/** A validated point: `speed` filled in, unknown fields dropped. */
+export type TrackPoint = z.output<typeof TrackPointSchema>;
+
+export const TrackPointsSchema = z.array(TrackPointSchema);
+
+export type ValidationResult =
+  | { ok: true; points: TrackPoint[] }
+  | { ok: false; invalidPoints: number; details: PointIssue[] };
+
+/** Validates a parsed JSON array. The caller has checked that it is an array and within MAX_POINTS. */
+export function validatePoints(input: unknown[]): ValidationResult {
+  const result = TrackPointsSchema.safeParse(input);
+  if (result.success) return { ok: true, points: result.data };
+  const details: PointIssue[] = [];
+  const invalid = new Set<number>();
+  for (const issue of result.error.issues) {
+    const index = issue.path[0] as number;
+    invalid.add(index);
+    if (details.length < MAX_ERROR_DETAILS) {
+      const field = issue.path[1];
+      details.push(field === undefined ? { index, message: issue.message } : { index, field: String(field), message: issue.message });
+    }
+  }
+  return { ok: false, invalidPoints: invalid.size, details };
+}
