@@ -1,0 +1,45 @@
+# The front door: `make run` and `make test` do everything on a fresh machine.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+.PHONY: help install build run test test-unit broker broker-stop cluster cluster-stop consume openapi bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+install: ## npm ci when package-lock.json changed (builds node-rdkafka once)
+	@scripts/install.sh
+
+build: install ## compile TypeScript to dist/
+	@npx tsc -p .
+
+run: build ## start a local Kafka unless MQ_BROKERS is set, then run the service in the foreground
+	@scripts/run.sh
+
+test: build ## every test against a real broker (started and stopped when none is configured)
+	@scripts/test.sh
+
+test-unit: install ## the unit tests alone (no broker needed)
+	@npx vitest run test/unit
+
+broker: ## start the local single-node Kafka on 127.0.0.1:9092
+	@scripts/kafka.sh start
+
+broker-stop: ## stop the local single-node Kafka
+	@scripts/kafka.sh stop
+
+cluster: ## start a 3-broker Kafka cluster on 127.0.0.1:19092,29092,39092
+	@scripts/kafka.sh start --cluster
+
+cluster-stop: ## stop the 3-broker cluster
+	@scripts/kafka.sh stop --cluster
+
+consume: ## print what the topic holds (key, partition, value)
+	@scripts/kafka.sh consume $(MQ_TOPIC)
+
+openapi: build ## regenerate openapi.json from the zod schema
+	@node dist/scripts/write-openapi.js
+
+clean: ## remove build output, local Kafka data and logs (keeps the jar cache)
+	@scripts/kafka.sh stop --all
+	rm -rf dist .run

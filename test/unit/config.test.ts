@@ -1,0 +1,69 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, DEFAULTS, loadConfig, producerOptionsFrom, usableCpus } from '../../src/config.js';
+
+describe('configuration', () => {
+  it('has the defaults of the spec', () => {
+    const c = loadConfig({});
+    expect(c.brokers).toBe('localhost:9092');
+    expect(c.topic).toBe('container.telemetry');
+    expect(c.listen).toEqual({ host: '', port: 8080 });
+    expect(c.maxBodyBytes).toBe(1024 * 1024);
+    expect(c.maxPoints).toBe(10_000);
+    expect(c.workers).toBe(usableCpus());
+    expect(Object.isFrozen(c)).toBe(true);
+  });
+
+  it.each([
+    [':8080', { host: '', port: 8080 }],
+    ['0.0.0.0:8080', { host: '0.0.0.0', port: 8080 }],
+    ['127.0.0.1:9000', { host: '127.0.0.1', port: 9000 }],
+    ['[::1]:8080', { host: '::1', port: 8080 }],
+    ['[::]:80', { host: '::', port: 80 }],
+    ['localhost:8080', { host: 'localhost', port: 8080 }],
+  ])('reads LISTEN_ADDR %s', (value, expected) => {
+    expect(loadConfig({ LISTEN_ADDR: value }).listen).toEqual(expected);
+  });
+
+  it.each([
+    ['LISTEN_ADDR', '8080'],
+    ['LISTEN_ADDR', ':0'],
+    ['LISTEN_ADDR', ':70000'],
+    ['LISTEN_ADDR', '::1:8080'],
+    ['MAX_POINTS', 'abc'],
+    ['MAX_POINTS', '0'],
+    ['MAX_BODY_BYTES', '-5'],
+    ['MAX_BODY_BYTES', '1.5'],
+    ['WORKERS', 'many'],
+    ['WORKERS', '0'],
+    ['MQ_TOPIC', 'bad topic'],
+    ['MQ_BROKERS', 'no-port'],
+    ['LOG_LEVEL', 'loud'],
+    ['PRODUCER_QUEUE_MAX_POINTS', '5'], // below MAX_POINTS
+  ])('refuses %s=%s with an error naming the variable', (variable, value) => {
+    let error: unknown;
+    try {
+      loadConfig({ [variable]: value });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    expect((error as ConfigError).variable).toBe(variable);
+    expect((error as ConfigError).message).toMatch(new RegExp(`^${variable}: `));
+  });
+
+  it('treats an empty value as unset', () => {
+    expect(loadConfig({ MQ_TOPIC: '', MAX_POINTS: ' ' }).topic).toBe(DEFAULTS.MQ_TOPIC);
+  });
+
+  it('translates MQ_OPT_* into librdkafka property names by the documented rule', () => {
+    expect(
+      producerOptionsFrom({
+        MQ_OPT_SECURITY_PROTOCOL: 'SASL_SSL',
+        MQ_OPT_SASL_MECHANISMS: 'PLAIN',
+        MQ_OPT_COMPRESSION_TYPE: 'lz4',
+        MQ_OPT_SOME__ODD_NAME: 'x',
+        OTHER: 'ignored',
+      }),
+    ).toEqual({ 'security.protocol': 'SASL_SSL', 'sasl.mechanisms': 'PLAIN', 'compression.type': 'lz4', 'some_odd.name': 'x' });
+  });
+});

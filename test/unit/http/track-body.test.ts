@@ -1,0 +1,103 @@
+// POST /track's logic behind the socket, with the producer replaced at its seam (PointSink).
+// The integration tests run the same paths against a real broker.
+import { gzipSync } from 'node:zlib';
+import { describe, expect, it } from 'vitest';
+import { handleTrackBody, type PointSink } from '../../../src/http/track-body.js';
+import type { Refusal } from '../../../src/kafka/producer.js';
+import type { EncodedPoints } from '../../../src/track-point/encode.js';
+
+const limits = { maxBodyBytes: 4096, maxPoints: 5, brokerDownGraceMs: 5000, topic: 't' };
+const point = { container_id: 'c1', lat: 1, lon: 2, timestamp: '2024-05-01T12:00:00Z' };
+
+class RecordingSink implements PointSink {
+  batches: EncodedPoints[] = [];
+  constructor(private readonly refusal: Refusal | null = null) {}
+  tryEnqueue(batch: EncodedPoints): Refusal | null {
+    if (this.refusal === null) this.batches.push(batch);
+    return this.refusal;
+  }
+}
+const run = (body: string | Buffer, opts: { gzip?: boolean; sink?: RecordingSink } = {}) => {
+  const sink = opts.sink ?? new RecordingSink();
+  const raw = typeof body === 'string' ? Buffer.from(body) : body;
+  const out = handleTrackBody(opts.gzip ? gzipSync(raw) : raw, opts.gzip ?? false, limits, sink);
+  return { ...out, json: JSON.parse(out.body) as Record<string, unknown>, sink };
+};
+
+describe('handleTrackBody', () => {
+  it('accepts a valid array: 202 {"accepted":N} and every point handed over', () => {
+    const r = run(JSON.stringify([point, { ...point, container_id: 'c2', speed: 4 }]));
+    expect(r.status).toBe(202);
+    expect(r.json).toEqual({ accepted: 2 });
+    expect(r.sink.batches).toHaveLength(1);
+    expect(r.sink.batches[0]!.values.map((v) => JSON.parse(v.toString()))).toEqual([
+      { ...point, speed: 0 },
+      { ...point, container_id: 'c2', speed: 4 },
+    ]);
+  });
+
+  it('answers an empty array with 202 {"accepted":0} and produces nothing', () => {
+    const r = run('[]');
+    expect([r.status, r.json, r.sink.batches.length]).toEqual([202, { accepted: 0 }, 0]);
+  });
+
+  it.each([
+    ['not JSON', '{"a":', 'invalid_json'],
+    ['an empty body', '', 'invalid_json'],
+    ['trailing garbage', '[] x', 'invalid_json'],
+    ['a byte-order mark', '\ufeff[]', 'invalid_json'],
+    ['an object', '{"container_id":"c"}', 'validation_failed'],
+    ['a number', '42', 'validation_failed'],
+    ['null', 'null', 'validation_failed'],
+  ])('answers %s with 400 %s', (_name, body, code) => {
+    const r = run(body);
+    expect(r.status).toBe(400);
+    expect(r.json.error).toBe(code);
+    expect(r.sink.batches).toHaveLength(0);
+  });
+
+  it('refuses invalid UTF-8 instead of replacing it', () => {
+    const r = run(Buffer.concat([Buffer.from('[{"container_id":"'), Buffer.from([0xc3, 0x28]), Buffer.from('"}]')]));
+    expect([r.status, r.json.error, r.json.message]).toEqual([400, 'invalid_json', 'body is not valid UTF-8']);
+  });
+
+  it('is all or nothing: one invalid point rejects the whole request with details', () => {
+    const r = run(JSON.stringify([point, point, point, { ...point, lat: 91 }]));
+    expect(r.status).toBe(400);
+    expect(r.json).toEqual({
+      error: 'validation_failed',
+      message: '1 invalid track point',
+      details: [{ index: 3, field: 'lat', message: 'must be between -90 and 90' }],
+    });
+    expect(r.sink.batches).toHaveLength(0);
+  });
+
+  it('answers more than MAX_POINTS points with 413', () => {
+    const r = run(JSON.stringify(Array(6).fill(point)));
+    expect([r.status, r.json.error]).toEqual([413, 'payload_too_large']);
+    expect(r.sink.batches).toHaveLength(0);
+  });
+
+  it('reads gzip bodies', () => {
+    const r = run(JSON.stringify([point]), { gzip: true });
+    expect([r.status, r.json]).toEqual([202, { accepted: 1 }]);
+  });
+
+  it('answers a gzip body that inflates past MAX_BODY_BYTES with 413 (gzip bomb)', () => {
+    const r = run(Buffer.alloc(1_000_000, 0x20), { gzip: true });
+    expect([r.status, r.json.error]).toEqual([413, 'payload_too_large']);
+  });
+
+  it('answers a corrupt gzip body with 400', () => {
+    const r = handleTrackBody(Buffer.from('not gzip at all'), true, limits, new RecordingSink());
+    expect([r.status, JSON.parse(r.body).error]).toEqual([400, 'invalid_json']);
+  });
+
+  it.each<Refusal>(['queue_full', 'broker_down', 'connecting', 'fatal_error', 'topic_unknown', 'shutting_down'])(
+    'answers a producer refusal (%s) with 500 broker_unavailable and Retry-After',
+    (refusal) => {
+      const r = run(JSON.stringify([point]), { sink: new RecordingSink(refusal) });
+      expect([r.status, r.json.error, r.retryAfter]).toEqual([500, 'broker_unavailable', 1]);
+    },
+  );
+});

@@ -1,0 +1,43 @@
+import { describe, expect, it } from 'vitest';
+import { encodePoints, encodeValue } from '../../../src/track-point/encode.js';
+import type { TrackPoint } from '../../../src/track-point/schema.js';
+
+const point = (over: Partial<TrackPoint> = {}): TrackPoint => ({
+  container_id: 'MSCU1234567', lat: 51.9, lon: 4.4, timestamp: '2024-05-01T12:00:00.5+02:00', speed: 0, ...over,
+});
+/** What a generic serializer would write: the fixed-shape one must be byte-identical. */
+const reference = (p: TrackPoint) =>
+  JSON.stringify({ container_id: p.container_id, lat: p.lat, lon: p.lon, timestamp: p.timestamp, speed: p.speed });
+
+describe('encodeValue', () => {
+  it.each([
+    point(),
+    point({ lat: -0, lon: -180, speed: 1e21 }),
+    point({ lat: 1e-7, lon: 123.456789012345, speed: 5e-324 }),
+    point({ container_id: 'quote " backslash \\ newline \n tab \t' }),
+    point({ container_id: 'ünïcödé 集装箱 🚢' }),
+    point({ container_id: 'lone \ud800 surrogate' }),
+    point({ container_id: '\u0000\u001f\u2028' }),
+  ])('writes the same JSON as JSON.stringify for %j', (p) => {
+    expect(encodeValue(p)).toBe(reference(p));
+    expect(JSON.parse(encodeValue(p))).toEqual(JSON.parse(reference(p)));
+  });
+});
+
+describe('encodePoints', () => {
+  it('gives each point its key and its own value bytes, in order', () => {
+    const points = [point({ container_id: 'a' }), point({ container_id: 'b', lat: -3 }), point({ container_id: 'c' })];
+    const batch = encodePoints(points);
+    expect(batch.count).toBe(3);
+    expect(batch.keys).toEqual(['a', 'b', 'c']);
+    expect(batch.values.map((v) => v.toString())).toEqual(points.map(reference));
+    expect(batch.bytes).toBe(points.reduce((n, p) => n + Buffer.byteLength(reference(p)) + 1, 0));
+  });
+
+  it('handles multi-byte characters (byte offsets differ from character offsets)', () => {
+    const points = [point({ container_id: '集装箱' }), point({ container_id: 'plain' }), point({ container_id: '🚢' })];
+    const batch = encodePoints(points);
+    expect(batch.values.map((v) => v.toString('utf8'))).toEqual(points.map(reference));
+    expect(batch.largestValue).toBe(Math.max(...points.map((p) => Buffer.byteLength(reference(p)))));
+  });
+});
