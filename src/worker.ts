@@ -22,6 +22,10 @@ export async function runWorker(config: Config): Promise<void> {
   const workerId = String(cluster.worker?.id ?? 0);
   const log = createLogger(config.logLevel, { worker: workerId });
   const metrics = createWorkerMetrics(workerId);
+  process.on('uncaughtException', (err) => {
+    log.fatal({ err }, 'uncaught exception; the primary replaces this worker');
+    process.exit(EXIT.CRASH);
+  });
 
   let producer: TrackProducer;
   try {
@@ -37,6 +41,7 @@ export async function runWorker(config: Config): Promise<void> {
     log,
     metrics,
     producer,
+    workerId,
     clusterMetrics: clusterMetricsClient(metrics.registry),
     openApiJson: JSON.stringify(buildOpenApi(config)),
   });

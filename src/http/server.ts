@@ -16,11 +16,15 @@ export interface ServerDeps {
   producer: PointSink & { readiness(): { ready: boolean; reason: string } };
   /** The Prometheus text of every worker (asked of the primary). */
   clusterMetrics(): Promise<string>;
+  workerId: string;
   /** The OpenAPI document, served at /openapi.json. */
   openApiJson: string;
 }
 
 type RouteMetrics = ReturnType<WorkerMetrics['other']>;
+
+const STOP_READING = true;
+const KEEP_READING = false;
 
 const JSON_TYPE = 'application/json';
 const TEXT_METRICS_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
@@ -30,7 +34,6 @@ const TRACK_METHOD = errorBody('method_not_allowed', 'use POST for /track');
 const GET_METHOD = errorBody('method_not_allowed', 'use GET for this path');
 const UNSUPPORTED_TYPE = errorBody('unsupported_media_type', 'Content-Type must be application/json');
 const UNSUPPORTED_ENCODING = errorBody('unsupported_media_type', 'Content-Encoding must be gzip or identity');
-const HEALTHY = '{"status":"ok"}';
 const READY = '{"status":"ready"}';
 
 /** `application/json`, any case, parameters such as charset allowed; missing means JSON. */
@@ -63,11 +66,13 @@ export class HttpServer {
     const metricsRoute = m.other('/metrics');
     const openapi = m.other('/openapi.json');
     const other = m.other('other');
+    // Which process answered: lets an operator (and the cluster test) see the kernel spread connections.
+    const healthy = JSON.stringify({ status: 'ok', worker: deps.workerId, pid: process.pid });
 
     this.app = uWS.App()
       .post('/track', (res, req) => this.onTrack(res, req))
       .any('/track', (res) => this.reply(res, 405, TRACK_METHOD, m.track, 'POST'))
-      .get('/healthz', (res) => this.reply(res, 200, HEALTHY, health))
+      .get('/healthz', (res) => this.reply(res, 200, healthy, health))
       .get('/readyz', (res) => {
         const r = this.deps.producer.readiness();
         this.reply(res, r.ready ? 200 : 503, r.ready ? READY : JSON.stringify({ status: 'not_ready', reason: r.reason }), ready);
@@ -108,17 +113,16 @@ export class HttpServer {
   private onTrack(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
     const started = performance.now();
     // Headers must be read now: uWS reuses `req` once this function returns.
-    if (!isJsonContentType(req.getHeader('content-type'))) return this.finishTrack(res, started, this.rejectEarly(415, UNSUPPORTED_TYPE, 'unsupported_media_type'), true);
+    if (!isJsonContentType(req.getHeader('content-type'))) return this.finishTrack(res, started, this.rejectEarly(415, UNSUPPORTED_TYPE), STOP_READING);
     const encoding = req.getHeader('content-encoding');
     const gzipped = encoding === 'gzip' || encoding === 'x-gzip';
-    if (!gzipped && encoding !== '' && encoding !== 'identity') return this.finishTrack(res, started, this.rejectEarly(415, UNSUPPORTED_ENCODING, 'unsupported_media_type'), true);
+    if (!gzipped && encoding !== '' && encoding !== 'identity') return this.finishTrack(res, started, this.rejectEarly(415, UNSUPPORTED_ENCODING), STOP_READING);
 
     const max = this.limits.maxBodyBytes;
     const lengthHeader = req.getHeader('content-length');
-    const declared = lengthHeader === '' ? -1 : Number(lengthHeader);
-    if (declared > max) {
-      // Refused before a byte of the body is read; closing the connection stops the upload.
-      return this.finishTrack(res, started, this.tooLarge(), true);
+    if (lengthHeader !== '' && Number(lengthHeader) > max) {
+      // Refused before a byte of the body is read.
+      return this.finishTrack(res, started, this.tooLarge(), STOP_READING);
     }
 
     // The body arrives in chunks that uWS owns and reuses after each callback: a single-chunk body
@@ -138,7 +142,8 @@ export class HttpServer {
       if (received > max) {
         done = true;
         this.bodiesInFlight--;
-        this.finishTrack(res, started, this.tooLarge(), true);
+        this.deps.metrics.requestBytes.inc(received);
+        this.finishTrack(res, started, this.tooLarge(), STOP_READING);
         return;
       }
       if (!isLast) {
@@ -154,12 +159,12 @@ export class HttpServer {
         body = Buffer.concat(parts, received);
       }
       this.deps.metrics.requestBytes.inc(received);
-      this.finishTrack(res, started, handleTrackBody(body, gzipped, this.limits, this.deps.producer), false);
+      this.finishTrack(res, started, handleTrackBody(body, gzipped, this.limits, this.deps.producer), KEEP_READING);
     });
   }
 
-  private rejectEarly(status: number, body: string, reason: 'unsupported_media_type'): TrackOutcome {
-    return { status, body, points: 0, reason };
+  private rejectEarly(status: number, body: string): TrackOutcome {
+    return { status, body, points: 0, reason: 'unsupported_media_type' };
   }
 
   private tooLarge(): TrackOutcome {
@@ -171,7 +176,7 @@ export class HttpServer {
     };
   }
 
-  private finishTrack(res: uWS.HttpResponse, started: number, outcome: TrackOutcome, close: boolean): void {
+  private finishTrack(res: uWS.HttpResponse, started: number, outcome: TrackOutcome, stopReading: boolean): void {
     const m = this.deps.metrics;
     if (outcome.status === 202) {
       m.points.inc(outcome.points);
@@ -179,10 +184,18 @@ export class HttpServer {
     } else if (outcome.reason !== undefined) {
       m.rejected[outcome.reason].inc(outcome.points);
     }
+    if (stopReading) {
+      // The rest of the body is not wanted. Closing the socket now would make the kernel answer the
+      // unread bytes with a TCP RST, which can destroy the response before the client reads it.
+      // Instead: stop reading (the client's upload stalls once the socket buffers fill), answer with
+      // Connection: close, and let the client hang up; uWS's idle timeout (10 s) closes it otherwise.
+      res.pause();
+    }
     res.cork(() => {
       res.writeStatus(STATUS_LINE[outcome.status]!).writeHeader('content-type', JSON_TYPE);
       if (outcome.retryAfter !== undefined) res.writeHeader('retry-after', String(outcome.retryAfter));
-      res.end(outcome.body, close || this.draining);
+      if (stopReading) res.writeHeader('connection', 'close');
+      res.end(outcome.body, this.draining);
     });
     m.track.requests[outcome.status]?.inc();
     m.track.duration.observe((performance.now() - started) / 1000);

@@ -1,0 +1,85 @@
+// Real Kafka for the integration tests: a fresh topic per test file, and a consumer that reads a
+// topic back from the start. A broker that cannot be reached fails the test; nothing is mocked.
+import { randomUUID } from 'node:crypto';
+import Kafka from 'node-rdkafka';
+
+export const BROKERS = process.env.MQ_BROKERS ?? '127.0.0.1:9092';
+
+export function uniqueTopic(name: string): string {
+  return `test.${name}.${randomUUID().slice(0, 8)}`;
+}
+
+function admin() {
+  return Kafka.AdminClient.create({ 'metadata.broker.list': BROKERS, 'client.id': 'tests' });
+}
+
+export async function createTopic(topic: string, partitions = 6, replicationFactor = 1): Promise<string> {
+  const client = admin();
+  try {
+    await new Promise<void>((resolve, reject) =>
+      client.createTopic({ topic, num_partitions: partitions, replication_factor: replicationFactor }, 15_000, (err) =>
+        err ? reject(new Error(`cannot create topic ${topic} on ${BROKERS}: ${err.message}`)) : resolve(),
+      ),
+    );
+  } finally {
+    client.disconnect();
+  }
+  return topic;
+}
+
+export async function deleteTopic(topic: string): Promise<void> {
+  const client = admin();
+  await new Promise<void>((resolve) => client.deleteTopic(topic, 10_000, () => resolve()));
+  client.disconnect();
+}
+
+export interface ConsumedMessage {
+  key: string;
+  value: string;
+  partition: number;
+  offset: number;
+  timestamp: number;
+}
+
+/**
+ * Reads the topic from offset 0 until `expected` messages arrived, or until `idleMs` passed without a
+ * new message once that many are there (to catch extras), or the deadline. Returns what it read.
+ */
+export async function consumeAll(
+  topic: string,
+  opts: { expected: number; partitions?: number; timeoutMs?: number; idleMs?: number; brokers?: string },
+): Promise<ConsumedMessage[]> {
+  const partitions = opts.partitions ?? 6;
+  const consumer = new Kafka.KafkaConsumer(
+    { 'metadata.broker.list': opts.brokers ?? BROKERS, 'group.id': `tests-${randomUUID()}`, 'enable.auto.commit': false },
+    { 'auto.offset.reset': 'earliest' },
+  );
+  await new Promise<void>((resolve, reject) => consumer.connect({ timeout: 15_000 }, (err) => (err ? reject(err) : resolve())));
+  consumer.assign(Array.from({ length: partitions }, (_, partition) => ({ topic, partition, offset: 0 })));
+  const out: ConsumedMessage[] = [];
+  const deadline = Date.now() + (opts.timeoutMs ?? 30_000);
+  const idleMs = opts.idleMs ?? 500;
+  let lastNew = Date.now();
+  try {
+    while (Date.now() < deadline) {
+      const batch = await new Promise<Kafka.Message[]>((resolve, reject) =>
+        consumer.consume(1000, (err, messages) => (err ? reject(err) : resolve(messages))),
+      );
+      for (const m of batch) {
+        out.push({
+          key: m.key === null || m.key === undefined ? '' : m.key.toString(),
+          value: m.value?.toString() ?? '',
+          partition: m.partition,
+          offset: m.offset,
+          timestamp: m.timestamp ?? 0,
+        });
+      }
+      if (batch.length > 0) lastNew = Date.now();
+      if (out.length >= opts.expected && Date.now() - lastNew >= idleMs) break;
+      if (batch.length === 0) await new Promise((r) => setTimeout(r, 50));
+    }
+  } finally {
+    await new Promise<void>((resolve) => consumer.disconnect(() => resolve()));
+  }
+  return out;
+}

@@ -1,0 +1,108 @@
+// Starts the built service (dist/src/main.js) as a real process tree, primary and workers, on a free
+// port, the way `make run` does; the tests talk to it over HTTP and stop it when they are done.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { BROKERS } from './kafka.js';
+
+const MAIN = fileURLToPath(new URL('../../dist/src/main.js', import.meta.url));
+const running = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const p of running) p.kill('SIGKILL');
+});
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+export interface Service {
+  url: string;
+  port: number;
+  proc: ChildProcess;
+  /** Every line the processes wrote (JSON logs), for assertions and for failure messages. */
+  output: string[];
+  exited: Promise<number | null>;
+  /** Sends the signal and waits for the primary to exit; returns its exit code. */
+  stop(signal?: NodeJS.Signals, timeoutMs?: number): Promise<number | null>;
+}
+
+export interface StartOptions {
+  /** Wait for /readyz 200 (default) or only /healthz 200. */
+  waitFor?: 'ready' | 'healthy' | 'nothing';
+  timeoutMs?: number;
+}
+
+export async function startService(env: Record<string, string>, opts: StartOptions = {}): Promise<Service> {
+  const port = env.LISTEN_ADDR === undefined ? await freePort() : Number(env.LISTEN_ADDR.split(':').pop());
+  const proc = spawn(process.execPath, [MAIN], {
+    env: { ...process.env, MQ_BROKERS: BROKERS, LISTEN_ADDR: `127.0.0.1:${port}`, WORKERS: '1', LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  running.add(proc);
+  const output: string[] = [];
+  const collect = (chunk: Buffer) => output.push(...chunk.toString().split('\n').filter(Boolean));
+  proc.stdout!.on('data', collect);
+  proc.stderr!.on('data', collect);
+  const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => {
+    running.delete(proc);
+    resolve(code);
+  }));
+  const url = `http://127.0.0.1:${port}`;
+  const service: Service = {
+    url,
+    port,
+    proc,
+    output,
+    exited,
+    async stop(signal = 'SIGTERM', timeoutMs = 30_000) {
+      if (proc.exitCode !== null) return proc.exitCode;
+      proc.kill(signal);
+      const timer = setTimeout(() => proc.kill('SIGKILL'), timeoutMs);
+      const code = await exited;
+      clearTimeout(timer);
+      return code;
+    },
+  };
+  const waitFor = opts.waitFor ?? 'ready';
+  if (waitFor === 'nothing') return service;
+  const path = waitFor === 'ready' ? '/readyz' : '/healthz';
+  const deadline = Date.now() + (opts.timeoutMs ?? 30_000);
+  let exitCode: number | null | undefined;
+  void exited.then((c) => (exitCode = c));
+  while (Date.now() < deadline) {
+    if (exitCode !== undefined) throw new Error(`service exited with ${exitCode} during start:\n${output.join('\n')}`);
+    try {
+      const res = await fetch(url + path);
+      if (res.status === 200) return service;
+    } catch {
+      /* not listening yet */
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await service.stop('SIGKILL');
+  throw new Error(`service not ${waitFor} within ${opts.timeoutMs ?? 30_000} ms:\n${output.join('\n')}`);
+}
+
+export const point = (containerId: string, over: Record<string, unknown> = {}) => ({
+  container_id: containerId,
+  lat: 51.9,
+  lon: 4.4,
+  timestamp: '2024-05-01T12:00:00Z',
+  ...over,
+});
+
+export async function postTrack(url: string, body: unknown, headers: Record<string, string> = {}) {
+  const res = await fetch(`${url}/track`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' || Buffer.isBuffer(body) ? body : JSON.stringify(body),
+  });
+  return { status: res.status, headers: res.headers, json: (await res.json()) as Record<string, unknown> };
+}

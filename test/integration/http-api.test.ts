@@ -1,0 +1,292 @@
+// Every row of spec section 7 and of the decisions' request table, over real HTTP to the real
+// service (one worker) producing to a real Kafka topic.
+import { connect, type Socket } from 'node:net';
+import { Agent, request } from 'node:http';
+import { gzipSync } from 'node:zlib';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
+import { point, postTrack, startService, type Service } from '../helpers/service.js';
+
+let svc: Service;
+let topic: string;
+const MAX_POINTS = 50;
+const MAX_BODY_BYTES = 64 * 1024;
+
+beforeAll(async () => {
+  topic = await createTopic(uniqueTopic('http'));
+  svc = await startService({ MQ_TOPIC: topic, MAX_POINTS: String(MAX_POINTS), MAX_BODY_BYTES: String(MAX_BODY_BYTES) });
+});
+afterAll(async () => {
+  expect(await svc?.stop()).toBe(0);
+  await deleteTopic(topic);
+});
+
+async function bodyBytesRead(): Promise<number> {
+  const text = await (await fetch(`${svc.url}/metrics`)).text();
+  return Number(/^ingest_request_body_bytes_total (\d+)/m.exec(text)![1]);
+}
+
+/** A raw HTTP/1.1 exchange: the bytes we send and everything the server answers until it closes or goes quiet. */
+function raw(port: number, write: (s: Socket) => void, quietMs = 300): Promise<{ text: string; closed: boolean }> {
+  return new Promise((resolve) => {
+    const s = connect(port, '127.0.0.1');
+    let text = '';
+    let timer: NodeJS.Timeout;
+    const done = (closed: boolean) => {
+      clearTimeout(timer);
+      s.destroy();
+      resolve({ text, closed });
+    };
+    const arm = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => done(false), quietMs);
+    };
+    s.on('data', (d) => {
+      text += d.toString();
+      arm();
+    });
+    s.on('close', () => done(true));
+    s.on('error', () => done(true));
+    s.on('connect', () => {
+      write(s);
+      arm();
+    });
+  });
+}
+
+describe('POST /track', () => {
+  it('202 with {"accepted": N} for a valid array', async () => {
+    const r = await postTrack(svc.url, [point('a'), point('b', { speed: 2 })]);
+    expect([r.status, r.json]).toEqual([202, { accepted: 2 }]);
+    expect(r.headers.get('content-type')).toBe('application/json');
+  });
+
+  it('202 with {"accepted": 0} for an empty array', async () => {
+    const r = await postTrack(svc.url, []);
+    expect([r.status, r.json]).toEqual([202, { accepted: 0 }]);
+  });
+
+  it.each([
+    ['malformed JSON', '[{"container_id":', 'invalid_json'],
+    ['an empty body', '', 'invalid_json'],
+    ['trailing garbage', '[]]', 'invalid_json'],
+    ['a JSON object', '{"container_id":"x"}', 'validation_failed'],
+    ['null', 'null', 'validation_failed'],
+  ])('400 for %s', async (_name, body, code) => {
+    const r = await postTrack(svc.url, body);
+    expect([r.status, r.json.error]).toEqual([400, code]);
+    expect(typeof r.json.message).toBe('string');
+  });
+
+  it('400 for invalid UTF-8', async () => {
+    const body = Buffer.concat([Buffer.from('[{"container_id":"'), Buffer.from([0xff, 0xfe]), Buffer.from('"}]')]);
+    const r = await postTrack(svc.url, body);
+    expect([r.status, r.json.error]).toEqual([400, 'invalid_json']);
+  });
+
+  it('400 with per-point details for invalid points, and the whole request refused', async () => {
+    const r = await postTrack(svc.url, [point('ok'), point('bad', { lat: -91 }), point('bad2', { speed: -1, timestamp: 'yesterday' })]);
+    expect(r.status).toBe(400);
+    expect(r.json).toEqual({
+      error: 'validation_failed',
+      message: '2 invalid track points',
+      details: [
+        { index: 1, field: 'lat', message: 'must be between -90 and 90' },
+        { index: 2, field: 'timestamp', message: 'must be an RFC 3339 date-time such as 2024-05-01T12:00:00Z' },
+        { index: 2, field: 'speed', message: 'must be at least 0' },
+      ],
+    });
+  });
+
+  it('413 for more than MAX_POINTS points', async () => {
+    const r = await postTrack(svc.url, Array.from({ length: MAX_POINTS + 1 }, (_, i) => point(`c${i}`)));
+    expect([r.status, r.json.error]).toEqual([413, 'payload_too_large']);
+    expect(String(r.json.message)).toContain('MAX_POINTS');
+  });
+
+  it('413 for a body over MAX_BODY_BYTES', async () => {
+    const r = await postTrack(svc.url, ' '.repeat(MAX_BODY_BYTES + 1));
+    expect([r.status, r.json.error]).toEqual([413, 'payload_too_large']);
+  });
+
+  it('413 from Content-Length alone, before any of a 10 MB body is sent', async () => {
+    const { text } = await raw(svc.port, (s) => {
+      s.write(`POST /track HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${10 * 1024 * 1024}\r\n\r\n`);
+    });
+    expect(text).toMatch(/^HTTP\/1\.1 413 /);
+    expect(text).toMatch(/\r\nconnection: close\r\n/i);
+    expect(text).toContain('"payload_too_large"');
+  });
+
+  it('413 for a chunked upload once it passes the limit; the server stops reading long before 10 MB', async () => {
+    const before = await bodyBytesRead();
+    let sent = 0;
+    const { text } = await raw(
+      svc.port,
+      (s) => {
+        s.write('POST /track HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n');
+        const chunk = ' '.repeat(16 * 1024);
+        const pump = () => {
+          while (sent < 10 * 1024 * 1024 && !s.destroyed) {
+            sent += chunk.length;
+            if (!s.write(`${chunk.length.toString(16)}\r\n${chunk}\r\n`)) return void s.once('drain', pump);
+          }
+        };
+        pump();
+      },
+      1000,
+    );
+    expect(text).toMatch(/^HTTP\/1\.1 413 /);
+    expect(text).toMatch(/\r\nconnection: close\r\n/i);
+    // The client may have pushed a few MB into socket buffers; the server itself read about the limit.
+    const read = (await bodyBytesRead()) - before;
+    expect(read).toBeGreaterThan(MAX_BODY_BYTES);
+    expect(read).toBeLessThan(MAX_BODY_BYTES + 256 * 1024);
+  });
+
+  it.each(['text/plain', 'application/x-www-form-urlencoded', 'application/jsonx'])('415 for Content-Type %s', async (type) => {
+    const r = await postTrack(svc.url, [point('a')], { 'content-type': type });
+    expect([r.status, r.json.error]).toEqual([415, 'unsupported_media_type']);
+  });
+
+  it.each(['application/json; charset=utf-8', 'Application/JSON'])('accepts Content-Type %s', async (type) => {
+    expect((await postTrack(svc.url, [point('a')], { 'content-type': type })).status).toBe(202);
+  });
+
+  it('reads a body without Content-Type as JSON', async () => {
+    const { text } = await raw(svc.port, (s) => {
+      const body = JSON.stringify([point('no-type')]);
+      s.write(`POST /track HTTP/1.1\r\nHost: x\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+    });
+    expect(text).toMatch(/^HTTP\/1\.1 202 /);
+  });
+
+  it('reads gzip bodies and refuses other encodings with 415', async () => {
+    const body = gzipSync(JSON.stringify([point('gz1'), point('gz2')]));
+    expect((await postTrack(svc.url, body, { 'content-encoding': 'gzip' })).json).toEqual({ accepted: 2 });
+    const br = await postTrack(svc.url, body, { 'content-encoding': 'br' });
+    expect([br.status, br.json.error]).toEqual([415, 'unsupported_media_type']);
+  });
+
+  it('413 for a gzip body that inflates past MAX_BODY_BYTES', async () => {
+    const r = await postTrack(svc.url, gzipSync(' '.repeat(MAX_BODY_BYTES * 4)), { 'content-encoding': 'gzip' });
+    expect([r.status, r.json.error]).toEqual([413, 'payload_too_large']);
+  });
+
+  it('reads a chunked body', async () => {
+    const body = JSON.stringify([point('chunked')]);
+    const { text } = await raw(svc.port, (s) => {
+      s.write('POST /track HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n');
+      for (const part of [body.slice(0, 10), body.slice(10, 30), body.slice(30)]) s.write(`${Buffer.byteLength(part).toString(16)}\r\n${part}\r\n`);
+      s.write('0\r\n\r\n');
+    });
+    expect(text).toMatch(/^HTTP\/1\.1 202 /);
+    expect(text).toContain('{"accepted":1}');
+  });
+
+  it('answers Expect: 100-continue with 100, then 202', async () => {
+    const body = JSON.stringify([point('expect')]);
+    const { text } = await raw(svc.port, (s) => {
+      s.write(`POST /track HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nExpect: 100-continue\r\n\r\n`);
+      s.once('data', () => s.write(body));
+    });
+    expect(text).toMatch(/^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 202 /);
+  });
+
+  it('serves many requests on one keep-alive connection', async () => {
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const reused: boolean[] = [];
+    for (let i = 0; i < 5; i++) {
+      const status = await new Promise<number>((resolve, reject) => {
+        const req = request(`${svc.url}/track`, { method: 'POST', agent, headers: { 'content-type': 'application/json' } }, (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode!));
+        });
+        req.on('error', reject);
+        req.end(JSON.stringify([point(`ka${i}`)]));
+        reused.push(req.reusedSocket);
+      });
+      expect(status).toBe(202);
+    }
+    agent.destroy();
+    expect(reused).toEqual([false, true, true, true, true]);
+  });
+});
+
+describe('other methods and paths', () => {
+  it.each(['GET', 'PUT', 'DELETE', 'PATCH'])('405 with Allow: POST for %s /track', async (method) => {
+    const res = await fetch(`${svc.url}/track`, { method });
+    expect(res.status).toBe(405);
+    expect(res.headers.get('allow')).toBe('POST');
+    expect(((await res.json()) as { error: string }).error).toBe('method_not_allowed');
+  });
+
+  it('404 with a JSON body for an unknown path', async () => {
+    const res = await fetch(`${svc.url}/tracks`, { method: 'POST', body: '[]' });
+    expect(res.status).toBe(404);
+    expect(await res.json()).toMatchObject({ error: 'not_found' });
+  });
+
+  it('GET /healthz and /readyz answer 200', async () => {
+    const health = await fetch(`${svc.url}/healthz`);
+    expect(health.status).toBe(200);
+    expect(await health.json()).toMatchObject({ status: 'ok' });
+    expect((await fetch(`${svc.url}/readyz`)).status).toBe(200);
+  });
+
+  it('GET /metrics answers Prometheus text with the request counters', async () => {
+    const res = await fetch(`${svc.url}/metrics`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toContain('text/plain');
+    const text = await res.text();
+    expect(text).toMatch(/^ingest_http_requests_total\{route="\/track",status="202"\} [1-9]/m);
+    expect(text).toMatch(/^ingest_points_accepted_total [1-9]/m);
+  });
+
+  it('GET /openapi.json serves the generated document', async () => {
+    const doc = (await (await fetch(`${svc.url}/openapi.json`)).json()) as { openapi: string; paths: Record<string, unknown> };
+    expect(doc.openapi).toBe('3.1.0');
+    expect(Object.keys(doc.paths)).toContain('/track');
+  });
+});
+
+describe('when the producer cannot take the points', () => {
+  it('500 broker_unavailable with Retry-After when the topic does not exist', async () => {
+    const other = await startService({ MQ_TOPIC: uniqueTopic('missing') }, { waitFor: 'healthy' });
+    try {
+      expect((await fetch(`${other.url}/readyz`)).status).toBe(503);
+      const r = await postTrack(other.url, [point('x')]);
+      expect([r.status, r.json.error, r.headers.get('retry-after')]).toEqual([500, 'broker_unavailable', '1']);
+    } finally {
+      await other.stop();
+    }
+  });
+
+  it('500 broker_unavailable with Retry-After when no broker is reachable', async () => {
+    const other = await startService({ MQ_BROKERS: '127.0.0.1:1', MQ_TOPIC: topic }, { waitFor: 'healthy' });
+    try {
+      const ready = await fetch(`${other.url}/readyz`);
+      expect(ready.status).toBe(503);
+      const r = await postTrack(other.url, [point('x')]);
+      expect([r.status, r.json.error, r.headers.get('retry-after')]).toEqual([500, 'broker_unavailable', '1']);
+    } finally {
+      await other.stop('SIGKILL');
+    }
+  });
+
+  it('500 when the producer queue is above its high-water mark, accepting nothing of that request', async () => {
+    // linger.ms=2000 keeps the first request's points in the queue while the second arrives.
+    const other = await startService({ MQ_TOPIC: topic, MAX_POINTS: '10', PRODUCER_QUEUE_MAX_POINTS: '15', MQ_OPT_LINGER_MS: '2000' });
+    try {
+      const batch = Array.from({ length: 10 }, (_, i) => point(`q${i}`));
+      expect((await postTrack(other.url, batch)).status).toBe(202);
+      const second = await postTrack(other.url, batch);
+      expect([second.status, second.json.error, second.headers.get('retry-after')]).toEqual([500, 'broker_unavailable', '1']);
+      expect(String(second.json.message)).toContain('queue is full');
+      const metrics = await (await fetch(`${other.url}/metrics`)).text();
+      expect(metrics).toMatch(/^ingest_producer_queue_full_total 1$/m);
+    } finally {
+      expect(await other.stop()).toBe(0);
+    }
+  });
+});
