@@ -1,0 +1,73 @@
+// The primary forks WORKERS workers that all serve one port, and replaces one that dies.
+import { get } from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
+import { point, postTrack, startService, type Service } from '../helpers/service.js';
+
+let svc: Service;
+let topic: string;
+
+/** GET /healthz on a fresh connection each time (no keep-alive), so the kernel picks a worker anew. */
+function healthPid(url: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    get(`${url}/healthz`, { agent: false }, (res) => {
+      let body = '';
+      res.on('data', (d) => (body += d));
+      res.on('end', () => resolve((JSON.parse(body) as { pid: number }).pid));
+    }).on('error', reject);
+  });
+}
+async function pidsSeen(url: string, connections = 60): Promise<Set<number>> {
+  const pids = new Set<number>();
+  for (let i = 0; i < connections; i++) pids.add(await healthPid(url));
+  return pids;
+}
+async function waitFor<T>(what: string, fn: () => Promise<T | undefined>, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const v = await fn().catch(() => undefined);
+    if (v !== undefined) return v;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+beforeAll(async () => {
+  topic = await createTopic(uniqueTopic('cluster'));
+  svc = await startService({ MQ_TOPIC: topic, WORKERS: '2' });
+  await waitFor('both workers listening', async () => (svc.output.some((l) => l.includes('"service listening"')) ? true : undefined));
+});
+afterAll(async () => {
+  expect(await svc?.stop()).toBe(0);
+  await deleteTopic(topic);
+});
+
+describe('WORKERS=2', () => {
+  it('both workers serve connections on the one port', async () => {
+    const pids = await pidsSeen(svc.url);
+    expect(pids.size).toBe(2);
+    expect(pids.has(svc.proc.pid!)).toBe(false); // the primary serves no HTTP
+  });
+
+  it('replaces a worker killed with SIGKILL, and keeps serving meanwhile', async () => {
+    const before = await pidsSeen(svc.url);
+    const [victim, survivor] = [...before];
+    process.kill(victim!, 'SIGKILL');
+    const killedAt = Date.now();
+    // The survivor answers at once; the replacement appears shortly after.
+    expect((await postTrack(svc.url, [point('during-restart')])).status).toBe(202);
+    const after = await waitFor('a replacement worker', async () => {
+      const pids = await pidsSeen(svc.url, 20);
+      return pids.size === 2 && !pids.has(victim!) ? pids : undefined;
+    });
+    const replacedInMs = Date.now() - killedAt;
+    expect(after.has(survivor!)).toBe(true);
+    expect(replacedInMs).toBeLessThan(10_000);
+    expect(svc.output.some((l) => l.includes('worker exited unexpectedly; replacing it') && l.includes('"signal":"SIGKILL"'))).toBe(true);
+    const metrics = await (await fetch(`${svc.url}/metrics`)).text();
+    expect(metrics).toMatch(/^ingest_worker_restarts_total 1$/m);
+    // And the replacement takes points too.
+    await waitFor('replacement ready', async () => ((await fetch(`${svc.url}/readyz`)).status === 200 ? true : undefined));
+    expect((await postTrack(svc.url, [point('after-restart')])).status).toBe(202);
+  });
+});

@@ -1,0 +1,115 @@
+// From HTTP to the topic and back: what a consumer of container.telemetry sees.
+import { Agent, request } from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { consumeAll, createTopic, deleteTopic, uniqueTopic, type ConsumedMessage } from '../helpers/kafka.js';
+import { javaPartition } from '../helpers/murmur2.js';
+import { point, postTrack, startService, type Service } from '../helpers/service.js';
+
+const PARTITIONS = 6;
+let svc: Service;
+let topic: string;
+let messages: ConsumedMessage[];
+
+// What the decisions say the value is: the five fields, speed filled with 0, timestamp as sent.
+const normalized = (p: Record<string, unknown>) =>
+  JSON.stringify({ container_id: p.container_id, lat: p.lat, lon: p.lon, timestamp: p.timestamp, speed: p.speed ?? 0 });
+
+const containers = ['MSCU1234567', 'TGHU7654321', 'конт-9', '集装箱-7', 'a"quoted\\id'];
+const timestamps = ['2024-05-01T12:00:00Z', '2024-05-01t12:00:00.123456789+05:30', '1990-12-31T23:59:60Z', '2024-02-29T23:59:59-23:59'];
+// One request of 40 points, 8 per container, in a known order (lat carries the sequence).
+const first = Array.from({ length: 40 }, (_, i) => ({
+  container_id: containers[i % containers.length]!,
+  lat: Math.floor(i / containers.length) / 10,
+  lon: -180 + i,
+  timestamp: timestamps[i % timestamps.length]!,
+  ...(i % 3 === 0 ? {} : { speed: i * 1.5 }),
+  ignored_field: 'dropped',
+}));
+const KEEPALIVE_REQUESTS = 10;
+const PER_REQUEST = 3;
+let acceptedFrom = 0;
+let acceptedTo = 0;
+
+beforeAll(async () => {
+  topic = await createTopic(uniqueTopic('e2e'), PARTITIONS);
+  svc = await startService({ MQ_TOPIC: topic });
+  acceptedFrom = Date.now();
+  expect((await postTrack(svc.url, first)).status).toBe(202);
+
+  // A mixed batch: refused as a whole, so none of it may appear in Kafka.
+  const mixed = await postTrack(svc.url, [point('rejected-1'), point('rejected-2', { lat: 123 }), point('rejected-3')]);
+  expect(mixed.status).toBe(400);
+
+  // Requests one after another on one keep-alive connection: order must hold across them.
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  for (let r = 0; r < KEEPALIVE_REQUESTS; r++) {
+    const body = JSON.stringify(Array.from({ length: PER_REQUEST }, (_, i) => point('keepalive-1', { speed: r * PER_REQUEST + i })));
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = request(`${svc.url}/track`, { method: 'POST', agent, headers: { 'content-type': 'application/json' } }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode!));
+      });
+      req.on('error', reject);
+      req.end(body);
+    });
+    expect(status).toBe(202);
+  }
+  agent.destroy();
+  acceptedTo = Date.now();
+  messages = await consumeAll(topic, { expected: first.length + KEEPALIVE_REQUESTS * PER_REQUEST, partitions: PARTITIONS });
+});
+
+afterAll(async () => {
+  expect(await svc?.stop()).toBe(0);
+  await deleteTopic(topic);
+});
+
+describe('messages in Kafka', () => {
+  it('has exactly one message per accepted point and nothing from the rejected batch', () => {
+    expect(messages).toHaveLength(first.length + KEEPALIVE_REQUESTS * PER_REQUEST);
+    expect(messages.filter((m) => m.key.startsWith('rejected-'))).toEqual([]);
+  });
+
+  it('keys each message by container_id and carries the normalized value', () => {
+    const expected = first.map(normalized).sort();
+    const got = messages.filter((m) => m.key !== 'keepalive-1');
+    for (const m of got) expect(JSON.parse(m.value).container_id).toBe(m.key);
+    expect(got.map((m) => m.value).sort()).toEqual(expected);
+  });
+
+  it('puts every container on one partition, the one the Java client would choose (murmur2)', () => {
+    const partitionsByKey = new Map<string, Set<number>>();
+    for (const m of messages) {
+      if (!partitionsByKey.has(m.key)) partitionsByKey.set(m.key, new Set());
+      partitionsByKey.get(m.key)!.add(m.partition);
+    }
+    for (const [key, parts] of partitionsByKey) {
+      expect([...parts], key).toEqual([javaPartition(key, PARTITIONS)]);
+    }
+  });
+
+  it('keeps the order of one container within a request', () => {
+    for (const id of containers) {
+      const seq = messages
+        .filter((m) => m.key === id)
+        .sort((a, b) => a.offset - b.offset)
+        .map((m) => JSON.parse(m.value).lat as number);
+      expect(seq, id).toEqual([0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]);
+    }
+  });
+
+  it('keeps the order across requests sent one after another on one keep-alive connection', () => {
+    const seq = messages
+      .filter((m) => m.key === 'keepalive-1')
+      .sort((a, b) => a.offset - b.offset)
+      .map((m) => JSON.parse(m.value).speed as number);
+    expect(seq).toEqual(Array.from({ length: KEEPALIVE_REQUESTS * PER_REQUEST }, (_, i) => i));
+  });
+
+  it('stamps each message with the time the service accepted it, not the device clock', () => {
+    for (const m of messages) {
+      expect(m.timestamp).toBeGreaterThanOrEqual(acceptedFrom - 5);
+      expect(m.timestamp).toBeLessThanOrEqual(acceptedTo + 5);
+    }
+  });
+});

@@ -1,0 +1,59 @@
+// Start-up: a bad configuration stops the service with exit 2 and a message naming the variable.
+import { createServer } from 'node:net';
+import { describe, expect, it } from 'vitest';
+import { freePort, startService } from '../helpers/service.js';
+
+async function exitOf(env: Record<string, string>) {
+  const svc = await startService(env, { waitFor: 'nothing' });
+  const code = await Promise.race([svc.exited, new Promise<'running'>((r) => setTimeout(() => r('running'), 15_000))]);
+  if (code === 'running') await svc.stop('SIGKILL');
+  return { code, output: svc.output.join('\n') };
+}
+
+describe('start-up', () => {
+  it.each([
+    ['MAX_POINTS', 'lots'],
+    ['LISTEN_ADDR', 'nonsense'],
+    ['WORKERS', '0'],
+    ['MQ_TOPIC', 'has space'],
+  ])('exits 2 naming %s when it is %j', async (variable, value) => {
+    const { code, output } = await exitOf({ [variable]: value });
+    expect(code).toBe(2);
+    expect(output).toContain(`configuration error: ${variable}: `);
+  });
+
+  it('exits 2 on an unknown librdkafka property given through MQ_OPT_*', async () => {
+    const { code, output } = await exitOf({ MQ_OPT_NO_SUCH_PROPERTY: '1' });
+    expect(code).toBe(2);
+    expect(output).toContain('invalid Kafka producer setting');
+    expect(output).toContain('no.such.property');
+  });
+
+  it('exits 3 when the port is taken, instead of restarting workers forever', async () => {
+    const port = await freePort();
+    const blocker = createServer().listen(port, '127.0.0.1');
+    await new Promise((r) => blocker.once('listening', r));
+    try {
+      const { code, output } = await exitOf({ LISTEN_ADDR: `127.0.0.1:${port}` });
+      expect(code).toBe(3);
+      expect(output).toContain('cannot listen');
+    } finally {
+      blocker.close();
+    }
+  });
+
+  it('listens on an IPv6 address given as [::1]:port', async () => {
+    const port = await freePort();
+    const svc = await startService({ LISTEN_ADDR: `[::1]:${port}` }, { waitFor: 'nothing' });
+    try {
+      let status = 0;
+      for (let i = 0; i < 100 && status !== 200; i++) {
+        status = await fetch(`http://[::1]:${port}/healthz`).then((r) => r.status, () => 0);
+        if (status !== 200) await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(status).toBe(200);
+    } finally {
+      await svc.stop();
+    }
+  });
+});
