@@ -11,7 +11,7 @@ install: ## npm ci when package-lock.json changed (builds node-rdkafka once)
 	@scripts/install.sh
 
 build: install ## compile TypeScript to dist/
-	@npx tsc -p .
+	@npx tsc -p tsconfig.build.json
 
 run: build ## start a local Kafka unless MQ_BROKERS is set, then run the service in the foreground
 	@scripts/run.sh
