@@ -41,7 +41,7 @@ fetch() {
   mvn -B -q -f "$ROOT/scripts/kafka/pom.xml" \
     org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
     -DincludeScope=runtime -DoutputDirectory="$LIB"
-  unzip -l "$LIB"/kafka_2.13-*.jar | grep -q 'kafka/Kafka.class' || die "kafka_2.13 jar has no kafka.Kafka class"
+  compgen -G "$LIB/kafka_2.13-*.jar" >/dev/null || die "Maven did not bring kafka_2.13 into $LIB"
   say "jars ready ($(ls "$LIB" | wc -l) files)"
 }
 
