@@ -65,6 +65,16 @@ describe('WORKERS=2', () => {
     const [victim, survivor] = [...before];
     process.kill(victim!, 'SIGKILL');
     const killedAt = Date.now();
+    // kill() only sends the signal. Connections the kernel hands the victim before it is gone are
+    // reset with it (SO_REUSEPORT gives each worker its own accept queue), so wait for it to be gone.
+    await waitFor('the victim to be gone', async () => {
+      try {
+        process.kill(victim!, 0);
+        return undefined;
+      } catch {
+        return true;
+      }
+    });
     // The survivor answers at once; the replacement appears shortly after.
     expect(await postFresh(svc.url, [point('during-restart')])).toBe(202);
     const after = await waitFor('a replacement worker', async () => {
