@@ -263,10 +263,13 @@ case $cmd in
     describe_topic "$(bootstrap)" "$name" ;;
   consume)
     fetch; write_log4j
-    exec java -cp "$LIB/*" -Dlog4j2.configurationFile="$RUN/tools-log4j2.properties" \
+    # Reads from the beginning and stops after KAFKA_CONSUME_TIMEOUT_MS without a new message; the
+    # console consumer reports that stop as an "ERROR ... TimeoutException", which is filtered out.
+    java -cp "$LIB/*" -Dlog4j2.configurationFile="$RUN/tools-log4j2.properties" \
       org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$(bootstrap)" \
       --topic "${args[0]:-$TOPIC_DEFAULT}" --from-beginning --timeout-ms "${KAFKA_CONSUME_TIMEOUT_MS:-5000}" \
-      --property print.key=true --property print.partition=true --property print.timestamp=true ;;
+      --property print.key=true --property print.partition=true --property print.timestamp=true \
+      2> >(grep -v -e 'TimeoutException' -e 'Error processing message, terminating consumer' >&2) ;;
   kill-node) stop_node "node${args[0]:?node number 1-3}" KILL ;;
   start-node)
     n=${args[0]:?node number 1-3}; write_log4j
