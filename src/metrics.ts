@@ -61,15 +61,24 @@ export function createWorkerMetrics(workerId: string) {
     buckets: [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10000],
     registers,
   });
-  const queuePoints = new Gauge({
+  // Read at scrape time from the producer's own counters (setQueueSource), so the hot path never
+  // touches these gauges.
+  let queueSource: () => { points: number; bytes: number } = () => ({ points: 0, bytes: 0 });
+  new Gauge({
     name: `${METRIC_PREFIX}producer_queue_points`,
     help: 'Points handed to the producer and not yet acknowledged by Kafka or failed.',
     registers,
+    collect() {
+      this.set(queueSource().points);
+    },
   });
-  const queueBytes = new Gauge({
+  new Gauge({
     name: `${METRIC_PREFIX}producer_queue_bytes`,
     help: 'Bytes (keys and values) of the points counted in ingest_producer_queue_points.',
     registers,
+    collect() {
+      this.set(queueSource().bytes);
+    },
   });
   const queueFull = new Counter({
     name: `${METRIC_PREFIX}producer_queue_full_total`,
@@ -144,8 +153,9 @@ export function createWorkerMetrics(workerId: string) {
     } satisfies Record<RejectReason, unknown>,
     requestBytes,
     requestPoints,
-    queuePoints,
-    queueBytes,
+    setQueueSource(source: () => { points: number; bytes: number }) {
+      queueSource = source;
+    },
     queueFull,
     delivered,
     deliveryErrors,

@@ -117,6 +117,7 @@ export class TrackProducer {
     this.deliveryFailures = new Throttled(log, 'error', 'kafka delivery failed for accepted points');
     this.connectFailures = new Throttled(log, 'warn', 'cannot connect to kafka; retrying');
     this.brokerErrors = new Throttled(log, 'warn', 'kafka client error');
+    metrics.setQueueSource(() => ({ points: this.pendingPoints, bytes: this.pendingBytes }));
     this.producer.on('delivery-report', (err, report) => this.onDelivery(err, report));
     this.producer.on('event.error', (err) => this.onError(err));
     this.producer.on('event.stats', (event: { message: string }) => this.onStats(event.message));
@@ -218,7 +219,14 @@ export class TrackProducer {
 
   private connect(): void {
     if (this.stopping) return;
+    // librdkafka serves its error callbacks (e.g. "SASL authentication error") only from poll(), and
+    // node-rdkafka's poll interval starts after a successful connect: poll meanwhile, or the reason a
+    // connection fails would never reach the log.
+    const earlyPoll = setInterval(() => {
+      if (this.producer.isConnected()) this.producer.poll();
+    }, 100);
     this.producer.connect({ topic: this.topic, timeout: 10_000 }, (err, metadata) => {
+      clearInterval(earlyPoll);
       if (err) {
         this.connectFailures.report({ brokers: this.config.brokers, err: err.message });
         setTimeout(() => this.connect(), RECONNECT_DELAY_MS).unref();
@@ -300,8 +308,6 @@ export class TrackProducer {
     }
     if (up > 0) this.downSince = null;
     else this.markDown();
-    this.metrics.queuePoints.set(this.pendingPoints);
-    this.metrics.queueBytes.set(this.pendingBytes);
     this.updateRefusal();
   }
 

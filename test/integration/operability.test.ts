@@ -1,0 +1,173 @@
+// What an SRE relies on: one scrape covers all workers, readiness follows the broker, logs stay
+// quiet when errors repeat, and SASL/PLAIN works. The last test stops and restarts the local broker.
+import { execFileSync } from 'node:child_process';
+import { request } from 'node:http';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BROKERS, consumeAll, createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
+import { point, postTrack, startService, type Service } from '../helpers/service.js';
+
+const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
+let topic: string;
+
+beforeAll(async () => {
+  topic = await createTopic(uniqueTopic('ops'));
+});
+afterAll(async () => {
+  await deleteTopic(topic);
+});
+
+function postFresh(url: string, body: unknown): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request(`${url}/track`, { method: 'POST', agent: false, headers: { 'content-type': 'application/json' } }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode!));
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify(body));
+  });
+}
+const metricValue = (text: string, series: string) => {
+  const line = text.split('\n').find((l) => l.startsWith(series + ' '));
+  return line === undefined ? undefined : Number(line.slice(series.length + 1));
+};
+async function until(what: string, fn: () => Promise<boolean>, timeoutMs = 30_000): Promise<number> {
+  const start = Date.now();
+  while (Date.now() - start < timeoutMs) {
+    if (await fn().catch(() => false)) return Date.now() - start;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+}
+
+describe('GET /metrics with WORKERS=2', () => {
+  let svc: Service;
+  beforeAll(async () => {
+    svc = await startService({ MQ_TOPIC: topic, WORKERS: '2' });
+    await until('both workers', async () => svc.output.some((l) => l.includes('"service listening"')));
+  });
+  afterAll(async () => {
+    expect(await svc.stop()).toBe(0);
+  });
+
+  it('counts the requests of every worker in one scrape', async () => {
+    const requests = 40;
+    for (let i = 0; i < requests; i++) expect(await postFresh(svc.url, [point(`m${i}`), point(`m${i}`)])).toBe(202);
+    await until('deliveries counted', async () => {
+      const text = await (await fetch(`${svc.url}/metrics`)).text();
+      return metricValue(text, 'ingest_messages_delivered_total') === requests * 2;
+    });
+    const text = await (await fetch(`${svc.url}/metrics`)).text();
+    expect(metricValue(text, 'ingest_http_requests_total{route="/track",status="202"}')).toBe(requests);
+    expect(metricValue(text, 'ingest_points_accepted_total')).toBe(requests * 2);
+    // Per-worker process metrics keep their worker label: two workers, two series.
+    expect(text.match(/^ingest_process_resident_memory_bytes\{worker="\d+"\} \d+/gm)).toHaveLength(2);
+  });
+
+  it('exposes every metric the README and the dashboard name', async () => {
+    await postTrack(svc.url, 'not json');
+    await new Promise((r) => setTimeout(r, 1_500)); // one librdkafka statistics interval
+    const text = await (await fetch(`${svc.url}/metrics`)).text();
+    for (const name of [
+      'ingest_http_requests_total',
+      'ingest_http_request_duration_seconds',
+      'ingest_points_accepted_total',
+      'ingest_points_rejected_total',
+      'ingest_request_body_bytes_total',
+      'ingest_request_points',
+      'ingest_producer_queue_points',
+      'ingest_producer_queue_bytes',
+      'ingest_producer_queue_full_total',
+      'ingest_messages_delivered_total',
+      'ingest_delivery_errors_total',
+      'ingest_delivery_latency_seconds',
+      'ingest_kafka_brokers_up',
+      'ingest_kafka_broker_rtt_seconds',
+      'ingest_kafka_inflight_requests',
+      'ingest_kafka_request_retries_total',
+      'ingest_kafka_batch_messages',
+      'ingest_worker_restarts_total',
+      'ingest_workers',
+      'ingest_process_cpu_seconds_total',
+    ]) {
+      expect(text, name).toMatch(new RegExp(`^# TYPE ${name} (counter|gauge|histogram)$`, 'm'));
+    }
+    expect(metricValue(text, 'ingest_points_rejected_total{reason="invalid_json"}')).toBe(0);
+    expect(metricValue(text, 'ingest_kafka_brokers_up')).toBe(2); // one broker, two workers connected to it
+    expect(metricValue(text, 'ingest_http_requests_total{route="/track",status="400"}')).toBe(1);
+    expect(metricValue(text, 'ingest_workers')).toBe(2);
+    expect(text).not.toMatch(/container_id=/);
+  });
+});
+
+describe('SASL/PLAIN', () => {
+  const sasl = (password: string) => ({
+    MQ_BROKERS: '127.0.0.1:9094',
+    MQ_TOPIC: topic,
+    MQ_OPT_SECURITY_PROTOCOL: 'SASL_PLAINTEXT',
+    MQ_OPT_SASL_MECHANISMS: 'PLAIN',
+    MQ_OPT_SASL_USERNAME: 'ingest',
+    MQ_OPT_SASL_PASSWORD: password,
+  });
+
+  it('produces through the SASL listener with the right credentials', async () => {
+    const svc = await startService(sasl('ingest-secret'));
+    try {
+      expect((await postTrack(svc.url, [point('sasl-ok')])).status).toBe(202);
+    } finally {
+      expect(await svc.stop()).toBe(0);
+    }
+    const got = await consumeAll(topic, { expected: 1, idleMs: 0 });
+    expect(got.filter((m) => m.key === 'sasl-ok')).toHaveLength(1);
+  });
+
+  it('stays unready and refuses points with wrong credentials, saying why in the log', async () => {
+    const svc = await startService(sasl('wrong'), { waitFor: 'healthy' });
+    try {
+      await new Promise((r) => setTimeout(r, 2_000));
+      expect((await fetch(`${svc.url}/readyz`)).status).toBe(503);
+      expect((await postTrack(svc.url, [point('sasl-bad')])).status).toBe(500);
+      expect(svc.output.join('\n')).toMatch(/authentication fail/i);
+    } finally {
+      await svc.stop('SIGKILL');
+    }
+  });
+});
+
+describe('when the broker goes away and comes back', () => {
+  it('readyz turns 503 then 200, healthz stays 200, points accepted meanwhile arrive, logs stay quiet', async () => {
+    expect(BROKERS, 'this test stops and restarts the local broker of scripts/kafka.sh').toBe('127.0.0.1:9092');
+    const svc = await startService({ MQ_TOPIC: topic, BROKER_DOWN_GRACE_MS: '3000' });
+    try {
+      execFileSync(KAFKA_SH, ['stop'], { stdio: 'ignore' });
+      const downAfterMs = await until('readyz 503', async () => (await fetch(`${svc.url}/readyz`)).status === 503);
+      expect((await fetch(`${svc.url}/healthz`)).status).toBe(200);
+
+      // Within the grace period points are still accepted: they wait in the producer's queue.
+      const during = await postTrack(svc.url, [point('outage-1'), point('outage-2')]);
+      expect(during.status).toBe(202);
+      // After it, the service refuses: 500 with Retry-After, never a hang.
+      await until('500 after the grace period', async () => (await postTrack(svc.url, [point('refused')])).status === 500);
+      const refused = await postTrack(svc.url, [point('refused')]);
+      expect([refused.status, refused.headers.get('retry-after')]).toEqual([500, '1']);
+      for (let i = 0; i < 50; i++) await postTrack(svc.url, [point('refused')]);
+
+      const logsBefore = svc.output.length;
+      await new Promise((r) => setTimeout(r, 3_000));
+      // Repeated broker errors are folded: a handful of lines, not one per request or per retry.
+      expect(svc.output.length - logsBefore).toBeLessThan(10);
+
+      execFileSync(KAFKA_SH, ['start'], { stdio: 'ignore' });
+      const upAfterMs = await until('readyz 200', async () => (await fetch(`${svc.url}/readyz`)).status === 200, 60_000);
+      expect((await postTrack(svc.url, [point('after')])).status).toBe(202);
+      console.log(`readyz went 503 ${downAfterMs} ms after the broker stopped, 200 ${upAfterMs} ms after it was started again`);
+
+      const got = await consumeAll(topic, { expected: 3, timeoutMs: 30_000 });
+      expect(got.filter((m) => m.key.startsWith('outage-'))).toHaveLength(2);
+      expect(svc.output.join('\n')).not.toMatch(/"key":"refused"/);
+    } finally {
+      execFileSync(KAFKA_SH, ['start'], { stdio: 'ignore' });
+      expect(await svc.stop()).toBe(0);
+    }
+  });
+});
