@@ -2,7 +2,7 @@
 # Multi-stage: node-rdkafka compiles librdkafka in the build stage (compilers and headers stay
 # there); the runtime image has Node, the compiled JavaScript, production node_modules and the
 # shared libraries librdkafka links against (OpenSSL 3, zlib), and runs as a non-root user.
-# scripts/docker-build-steps.sh runs the same steps without Docker (and is tested).
+# The build steps are scripts/image-build.sh's, which also runs them without Docker (and is tested).
 
 FROM node:20-bookworm-slim AS build
 RUN apt-get update \
@@ -10,11 +10,12 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --no-audit --no-fund
+COPY scripts/image-build.sh ./scripts/
+RUN scripts/image-build.sh deps
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 COPY scripts ./scripts
-RUN npx tsc -p tsconfig.build.json && npm prune --omit=dev --no-audit --no-fund
+RUN scripts/image-build.sh compile
 
 FROM node:20-bookworm-slim
 RUN apt-get update \

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The build steps of the Dockerfile, runnable without Docker. The Dockerfile calls the first two,
+# so the image and this script cannot drift apart.
+#
+#   scripts/image-build.sh deps           npm ci (compiles librdkafka), in the current directory
+#   scripts/image-build.sh compile        tsc, then drop dev dependencies
+#   scripts/image-build.sh assemble OUT   both, from a copy of this checkout, then the runtime stage's
+#                                         layout in OUT: node_modules, dist, package.json
+set -euo pipefail
+step=${1:?usage: image-build.sh deps|compile|assemble OUT}
+case $step in
+  deps)
+    npm ci --no-audit --no-fund ;;
+  compile)
+    npx tsc -p tsconfig.build.json
+    npm prune --omit=dev --no-audit --no-fund ;;
+  assemble)
+    out=${2:?usage: image-build.sh assemble OUT}
+    root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    cp -r "$root"/{package.json,package-lock.json,tsconfig.json,tsconfig.build.json,src,scripts} "$work"/
+    (cd "$work" && scripts/image-build.sh deps && scripts/image-build.sh compile)
+    rm -rf "$out"
+    mkdir -p "$out"
+    cp -r "$work"/{node_modules,dist,package.json} "$out"/
+    echo "image-build.sh: runtime tree in $out (start it with: cd $out && node dist/src/main.js)" ;;
+  *)
+    echo "image-build.sh: unknown step '$step'" >&2; exit 2 ;;
+esac

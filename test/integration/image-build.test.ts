@@ -1,0 +1,47 @@
+// The Dockerfile's build steps, run without Docker (scripts/image-build.sh assemble), and the result
+// started the way the image starts it: `node dist/src/main.js` as an unprivileged user.
+// It compiles librdkafka (minutes), so it runs when RUN_IMAGE_BUILD_TEST=1: in CI and `make test-image`.
+import { execFileSync, spawn } from 'node:child_process';
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { BROKERS } from '../helpers/kafka.js';
+import { freePort, point, postTrack } from '../helpers/service.js';
+
+const SCRIPT = fileURLToPath(new URL('../../scripts/image-build.sh', import.meta.url));
+const enabled = process.env.RUN_IMAGE_BUILD_TEST === '1';
+
+describe.runIf(enabled)('scripts/image-build.sh', () => {
+  it('assembles a runtime tree that serves as a non-root user', { timeout: 900_000 }, async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'image-'));
+    chmodSync(dir, 0o755);
+    const out = join(dir, 'app');
+    try {
+      execFileSync(SCRIPT, ['assemble', out], { stdio: 'inherit' });
+      expect(execFileSync('ls', [join(out, 'node_modules')]).toString()).not.toMatch(/^vitest$/m); // dev dependencies pruned
+      const port = await freePort();
+      const asUser = process.getuid?.() === 0 ? ['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups'] : [];
+      const proc = spawn(asUser[0] ?? process.execPath, [...asUser.slice(1), ...(asUser.length ? [process.execPath] : []), 'dist/src/main.js'], {
+        cwd: out,
+        env: { ...process.env, MQ_BROKERS: BROKERS, LISTEN_ADDR: `127.0.0.1:${port}`, WORKERS: '1' },
+        stdio: 'inherit',
+      });
+      try {
+        let ready = 0;
+        for (let i = 0; i < 100 && ready !== 200; i++) {
+          ready = await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.status, () => 0);
+          if (ready !== 200) await new Promise((r) => setTimeout(r, 200));
+        }
+        expect(ready).toBe(200);
+        expect((await postTrack(`http://127.0.0.1:${port}`, [point('image')])).status).toBe(202);
+      } finally {
+        proc.kill('SIGTERM');
+        await new Promise((r) => proc.once('exit', r));
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
