@@ -21,8 +21,11 @@ export interface TrackOutcome {
   reason?: RejectReason;
 }
 
-/** What the track body needs from the producer: the one call of the hot path. */
+/** What the track body needs from the producer. */
 export interface PointSink {
+  /** Why nothing could be taken now (checked before parsing), or null. */
+  admission(): Refusal | null;
+  /** Takes all points or none; null when taken. */
   tryEnqueue(batch: EncodedPoints): Refusal | null;
 }
 
@@ -40,6 +43,9 @@ function refuse(status: number, code: ErrorCode, message: string, points = 0): T
 }
 
 export function handleTrackBody(raw: Uint8Array, gzipped: boolean, limits: TrackLimits, sink: PointSink): TrackOutcome {
+  const early = sink.admission();
+  if (early !== null) return brokerUnavailable(early, limits, 0);
+
   let bytes = raw;
   if (gzipped) {
     try {
@@ -90,7 +96,11 @@ export function handleTrackBody(raw: Uint8Array, gzipped: boolean, limits: Track
   if (refusal === 'message_too_large') {
     return refuse(413, 'payload_too_large', `a track point encodes to ${batch.largestValue} bytes, above the Kafka message size limit`, count);
   }
-  return { ...refuse(500, 'broker_unavailable', refusalMessage(refusal, limits), count), retryAfter: 1 };
+  return brokerUnavailable(refusal, limits, count);
+}
+
+function brokerUnavailable(refusal: Refusal, limits: TrackLimits, points: number): TrackOutcome {
+  return { ...refuse(500, 'broker_unavailable', refusalMessage(refusal, limits), points), retryAfter: 1 };
 }
 
 function refusalMessage(refusal: Refusal, limits: TrackLimits): string {
@@ -100,7 +110,7 @@ function refusalMessage(refusal: Refusal, limits: TrackLimits): string {
     case 'topic_unknown': return `topic ${limits.topic} does not exist or has no leader; nothing from this request was accepted`;
     case 'broker_down': return `no Kafka broker reachable for more than ${limits.brokerDownGraceMs} ms; nothing from this request was accepted`;
     case 'queue_full': return 'the producer queue is full (Kafka is slower than the incoming points); nothing from this request was accepted';
-    case 'produce_failed': return 'the Kafka producer refused the points; nothing from this request was accepted';
+    case 'produce_failed': return 'the Kafka producer refused the points; resend the whole request';
     case 'shutting_down': return 'this worker is shutting down; nothing from this request was accepted';
     case 'message_too_large': return 'a track point is larger than the Kafka message size limit';
   }

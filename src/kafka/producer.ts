@@ -7,6 +7,14 @@
 //     unknown, no broker reachable for longer than BROKER_DOWN_GRACE_MS, or the queue above its
 //     high-water mark (PRODUCER_QUEUE_MAX_POINTS / PRODUCER_QUEUE_MAX_BYTES);
 //   - every accepted message is accounted for until Kafka acknowledges it or it fails.
+//
+// Queue accounting comes from librdkafka itself, not from a delivery report per message:
+// node-rdkafka hands JavaScript at most 100 delivery reports per event-loop turn (callbacks.cc,
+// DeliveryReportDispatcher::Flush), each a new object and an event, so under load acknowledgements
+// fell behind and the queue looked full while Kafka already had the messages (measured: ~45k
+// points/s per worker, most requests answered 500). With delivery.report.only.error=true only
+// failures come back as reports; the depth of the queue is librdkafka's own `msg_cnt`/`msg_size`
+// (statistics every 100 ms) plus what was enqueued since those statistics were read.
 import Kafka from 'node-rdkafka';
 import type { Config } from '../config.js';
 import { Throttled, type Logger } from '../log.js';
@@ -26,19 +34,22 @@ export type Refusal =
 
 /** librdkafka's default `message.max.bytes`; overridable through MQ_OPT_MESSAGE_MAX_BYTES. */
 const DEFAULT_MESSAGE_MAX_BYTES = 1_000_000;
-/** How often librdkafka's delivery reports are served to JavaScript. */
-const POLL_INTERVAL_MS = 5;
+/** How often librdkafka's callbacks (error reports, statistics) are served to JavaScript. */
+const POLL_INTERVAL_MS = 10;
 const RECONNECT_DELAY_MS = 1_000;
-const STATS_INTERVAL_MS = 1_000;
+/** Statistics drive the queue accounting, readiness and the Kafka metrics: 10 a second. */
+const STATS_INTERVAL_MS = 100;
 
 /** The librdkafka properties the contract fixes. MQ_OPT_* may override any of them, at the operator's risk. */
 export function producerSettings(config: Config, clientId: string): { global: Kafka.ProducerGlobalConfig; topic: Kafka.ProducerTopicConfig } {
-  // librdkafka's own queue limits sit above our high-water mark, so that produce() never fails with
-  // QUEUE_FULL for a request we have admitted. Its byte count includes keys, ours too; the headroom
-  // covers one more maximal request.
+  // librdkafka's own queue limits sit well above our high-water mark, so that produce() never fails
+  // with QUEUE_FULL for a request we have admitted: our estimate of the queue can lag librdkafka's by
+  // what was acknowledged since its last statistics (it errs high) or, briefly, by what JavaScript
+  // enqueued while a statistics event waited in the event loop (it errs low, by far less than the
+  // headroom of half the high-water mark plus one maximal request). Its byte count includes keys.
   const maxKeyBytes = CONTAINER_ID_MAX_LENGTH * 3;
-  const librdMessages = config.queueMaxPoints + config.maxPoints;
-  const librdKbytes = Math.ceil((config.queueMaxBytes + 4 * config.maxBodyBytes + librdMessages * maxKeyBytes) / 1024);
+  const librdMessages = Math.ceil(config.queueMaxPoints * 1.5) + config.maxPoints;
+  const librdKbytes = Math.ceil((config.queueMaxBytes * 1.5 + 4 * config.maxBodyBytes + librdMessages * maxKeyBytes) / 1024);
   const global: Kafka.ProducerGlobalConfig = {
     'metadata.broker.list': config.brokers,
     'client.id': clientId,
@@ -50,7 +61,9 @@ export function producerSettings(config: Config, clientId: string): { global: Ka
     'queue.buffering.max.kbytes': Math.min(librdKbytes, 2_147_483_647),
     'statistics.interval.ms': STATS_INTERVAL_MS,
     'socket.keepalive.enable': true,
+    // Reports only for failed messages (see the top of this file); node-rdkafka still needs dr_cb.
     dr_cb: true,
+    'delivery.report.only.error': true,
     // librdkafka accepts topic-level properties here too and applies them to every topic.
     ...(config.producerOptions as Kafka.ProducerGlobalConfig),
   };
@@ -67,10 +80,17 @@ interface BrokerStats {
   state: string;
   txretries: number;
   waitresp_cnt: number;
-  rtt?: { p99: number; cnt: number };
+  rtt?: Window;
+}
+interface Window {
+  p50: number;
+  p99: number;
+  cnt: number;
 }
 interface Stats {
-  brokers?: Record<string, BrokerStats>;
+  msg_cnt: number;
+  msg_size: number;
+  brokers?: Record<string, BrokerStats & { int_latency?: Window; outbuf_latency?: Window }>;
   topics?: Record<string, { partitions?: Record<string, { partition: number; leader: number }>; batchcnt?: { avg: number; cnt: number } }>;
 }
 
@@ -91,8 +111,16 @@ export class TrackProducer {
   private downSince: number | null = null;
   /** The answer tryEnqueue gives before looking at the queue; recomputed on every state change. */
   private refusal: Refusal | null = 'connecting';
-  private pendingPoints = 0;
-  private pendingBytes = 0;
+  /** Messages and bytes enqueued since the process started (bytes: keys and values). */
+  private enqueued = 0;
+  private enqueuedBytes = 0;
+  /** From the latest statistics: librdkafka's queue depth, and our counters when they were read. */
+  private statsQueue = 0;
+  private statsQueueBytes = 0;
+  private enqueuedAtStats = 0;
+  private enqueuedBytesAtStats = 0;
+  private failed = 0;
+  private deliveredReported = 0;
   private readonly retriesSeen = new Map<string, number>();
   private readonly deliveryFailures: Throttled;
   private readonly connectFailures: Throttled;
@@ -117,7 +145,7 @@ export class TrackProducer {
     this.deliveryFailures = new Throttled(log, 'error', 'kafka delivery failed for accepted points');
     this.connectFailures = new Throttled(log, 'warn', 'cannot connect to kafka; retrying');
     this.brokerErrors = new Throttled(log, 'warn', 'kafka client error');
-    metrics.setQueueSource(() => ({ points: this.pendingPoints, bytes: this.pendingBytes }));
+    metrics.setQueueSource(() => ({ points: this.queuedPoints, bytes: this.queuedBytes }));
     this.producer.on('delivery-report', (err, report) => this.onDelivery(err, report));
     this.producer.on('event.error', (err) => this.onError(err));
     this.producer.on('event.stats', (event: { message: string }) => this.onStats(event.message));
@@ -128,8 +156,13 @@ export class TrackProducer {
     this.connect();
   }
 
+  /** Points accepted and not yet acknowledged by Kafka or failed (librdkafka's count, kept current). */
   get queuedPoints(): number {
-    return this.pendingPoints;
+    return this.statsQueue + (this.enqueued - this.enqueuedAtStats);
+  }
+
+  get queuedBytes(): number {
+    return this.statsQueueBytes + (this.enqueuedBytes - this.enqueuedBytesAtStats);
   }
 
   /** /readyz: a broker connection and the topic's metadata, right now (no grace period). */
@@ -143,12 +176,26 @@ export class TrackProducer {
   }
 
   /**
+   * Why a request would be refused right now, asked before its body is parsed: under overload the
+   * service spends nothing on points it cannot take (measured: 80 % of a saturated worker's time went
+   * to validating bodies that were then refused).
+   */
+  admission(): Refusal | null {
+    if (this.refusal !== null) return this.refusal;
+    if (this.queuedPoints >= this.maxPoints || this.queuedBytes >= this.maxBytes) {
+      this.metrics.queueFull.inc();
+      return 'queue_full';
+    }
+    return null;
+  }
+
+  /**
    * Enqueues every point of one request, or none of them; returns null when taken, else why not.
    *
    * All or nothing holds because every condition under which librdkafka's produce() fails
    * synchronously is checked before the first call:
-   *   ERR__QUEUE_FULL        our high-water mark is below librdkafka's queue limits (producerSettings)
-   *                          and our count drops only after librdkafka's, so admitted points fit;
+   *   ERR__QUEUE_FULL        our high-water mark is far below librdkafka's queue limits
+   *                          (producerSettings), so admitted points fit;
    *   ERR_MSG_SIZE_TOO_LARGE the largest value is compared with message.max.bytes;
    *   ERR__FATAL / ERR__STATE / unknown topic  are states we track from events (`refusal`).
    * What remains is a fatal error raised by librdkafka's thread during this very loop: then the
@@ -158,7 +205,7 @@ export class TrackProducer {
    */
   tryEnqueue(batch: EncodedPoints): Refusal | null {
     if (this.refusal !== null) return this.refusal;
-    if (this.pendingPoints + batch.count > this.maxPoints || this.pendingBytes + batch.bytes > this.maxBytes) {
+    if (this.queuedPoints + batch.count > this.maxPoints || this.queuedBytes + batch.bytes > this.maxBytes) {
       this.metrics.queueFull.inc();
       return 'queue_full';
     }
@@ -173,8 +220,8 @@ export class TrackProducer {
     try {
       for (; i < count; i++) this.producer.produce(topic, null, values[i]!, keys[i], now);
     } catch (err) {
-      this.pendingPoints += i;
-      this.pendingBytes += i === 0 ? 0 : batch.bytes; // an over-count only makes the limit stricter
+      this.enqueued += i;
+      this.enqueuedBytes += i === 0 ? 0 : batch.bytes; // an over-count only makes the limit stricter
       if (i > 0) {
         this.metrics.deliveryErrors.labels('PARTIAL_ENQUEUE').inc(i);
         this.log.error({ err, enqueued: i, count }, 'produce failed midway: the points already queued will be delivered; the client gets 500 and may resend them (duplicates, never a loss)');
@@ -183,8 +230,8 @@ export class TrackProducer {
       }
       return 'produce_failed';
     }
-    this.pendingPoints += count;
-    this.pendingBytes += batch.bytes;
+    this.enqueued += count;
+    this.enqueuedBytes += batch.bytes;
     return null;
   }
 
@@ -198,16 +245,16 @@ export class TrackProducer {
     if (this.graceTimer !== null) clearTimeout(this.graceTimer);
     if (this.metadataTimer !== null) clearTimeout(this.metadataTimer);
     const deadline = Date.now() + timeoutMs;
-    if (this.connected) {
-      while (this.pendingPoints > 0 && Date.now() < deadline) {
-        await new Promise<void>((resolve) => {
-          this.producer.flush(Math.max(1, Math.min(500, deadline - Date.now())), () => resolve());
-        });
-        // Delivery reports reach JavaScript through the poll loop; give it a turn.
-        await new Promise((r) => setTimeout(r, POLL_INTERVAL_MS * 2));
-      }
+    // librdkafka's flush succeeds once its queue is empty: every message acknowledged or failed.
+    let left = this.connected ? -1 : this.queuedPoints;
+    while (left !== 0 && this.connected && Date.now() < deadline) {
+      const timedOut = await new Promise<boolean>((resolve) => {
+        this.producer.flush(Math.max(1, Math.min(500, deadline - Date.now())), (err) => resolve(Boolean(err)));
+      });
+      left = timedOut ? Math.max(1, this.queuedPoints) : 0;
     }
-    const left = this.pendingPoints;
+    // Failure reports of the last messages reach JavaScript through the poll loop; give it a turn.
+    await new Promise((r) => setTimeout(r, POLL_INTERVAL_MS * 2));
     this.deliveryFailures.flush();
     await new Promise<void>((resolve) => {
       if (!this.connected) return resolve();
@@ -259,17 +306,12 @@ export class TrackProducer {
     }, 2_000).unref();
   }
 
+  /** Only failures arrive here (delivery.report.only.error). */
   private onDelivery(err: Kafka.LibrdKafkaError | null, report: Kafka.DeliveryReport): void {
-    this.pendingPoints--;
-    this.pendingBytes -= report.size + (report.key == null ? 0 : report.key.length);
-    if (this.pendingBytes < 0 || this.pendingPoints === 0) this.pendingBytes = 0;
-    if (err) {
-      this.metrics.deliveryErrors.labels(codeName(err.code)).inc();
-      this.deliveryFailures.report({ code: codeName(err.code), message: err.message, partition: report.partition });
-      return;
-    }
-    this.metrics.delivered.inc();
-    if (report.timestamp !== undefined) this.metrics.deliveryLatency.observe((Date.now() - report.timestamp) / 1000);
+    if (!err) return;
+    this.failed++;
+    this.metrics.deliveryErrors.labels(codeName(err.code)).inc();
+    this.deliveryFailures.report({ code: codeName(err.code), message: err.message, partition: report.partition });
   }
 
   private onError(err: Kafka.LibrdKafkaError): void {
@@ -288,11 +330,29 @@ export class TrackProducer {
 
   private onStats(json: string): void {
     const stats = JSON.parse(json) as Stats;
+    this.statsQueue = stats.msg_cnt;
+    this.statsQueueBytes = stats.msg_size;
+    this.enqueuedAtStats = this.enqueued;
+    this.enqueuedBytesAtStats = this.enqueuedBytes;
+    // Acknowledged = enqueued - still queued - failed, as of these statistics.
+    const delivered = this.enqueued - stats.msg_cnt - this.failed;
+    if (delivered > this.deliveredReported) {
+      this.metrics.delivered.inc(delivered - this.deliveredReported);
+      this.deliveredReported = delivered;
+    }
     let up = 0;
+    let p50 = 0;
+    let p99 = 0;
     for (const [name, b] of Object.entries(stats.brokers ?? {})) {
       if (b.nodeid < 0) continue; // bootstrap entries; the real brokers are listed by node id
       const broker = String(b.nodeid);
       if (b.state === 'UP') up++;
+      // Enqueue to acknowledgement ≈ time in the producer queue + in the request queue + round trip.
+      const parts = [b.int_latency, b.outbuf_latency, b.rtt];
+      if (parts.every((w) => w !== undefined && w.cnt > 0)) {
+        p50 = Math.max(p50, parts.reduce((sum, w) => sum + w!.p50, 0));
+        p99 = Math.max(p99, parts.reduce((sum, w) => sum + w!.p99, 0));
+      }
       if (b.rtt !== undefined && b.rtt.cnt > 0) this.metrics.brokerRtt.labels(broker).set(b.rtt.p99 / 1e6);
       this.metrics.brokerInflight.labels(broker).set(b.waitresp_cnt);
       const seen = this.retriesSeen.get(name) ?? 0;
@@ -301,6 +361,10 @@ export class TrackProducer {
     }
     this.brokersUp = up;
     this.metrics.brokerUp.set(up);
+    if (p99 > 0) {
+      this.metrics.deliveryLatency.labels('0.5').set(p50 / 1e6);
+      this.metrics.deliveryLatency.labels('0.99').set(p99 / 1e6);
+    }
     const topic = stats.topics?.[this.topic];
     if (topic?.batchcnt !== undefined && topic.batchcnt.cnt > 0) this.metrics.batchSize.set(topic.batchcnt.avg);
     if (topic?.partitions !== undefined) {

@@ -11,7 +11,13 @@ const point = { container_id: 'c1', lat: 1, lon: 2, timestamp: '2024-05-01T12:00
 
 class RecordingSink implements PointSink {
   batches: EncodedPoints[] = [];
-  constructor(private readonly refusal: Refusal | null = null) {}
+  constructor(
+    private readonly refusal: Refusal | null = null,
+    private readonly early: Refusal | null = null,
+  ) {}
+  admission(): Refusal | null {
+    return this.early;
+  }
   tryEnqueue(batch: EncodedPoints): Refusal | null {
     if (this.refusal === null) this.batches.push(batch);
     return this.refusal;
@@ -91,6 +97,13 @@ describe('handleTrackBody', () => {
   it('answers a corrupt gzip body with 400', () => {
     const r = handleTrackBody(Buffer.from('not gzip at all'), true, limits, new RecordingSink());
     expect([r.status, JSON.parse(r.body).error]).toEqual([400, 'invalid_json']);
+  });
+
+  it('refuses before parsing when the producer can take nothing now, even an invalid body', () => {
+    const sink = new RecordingSink(null, 'queue_full');
+    const r = run('not even json', { sink });
+    expect([r.status, r.json.error, r.retryAfter]).toEqual([500, 'broker_unavailable', 1]);
+    expect(sink.batches).toHaveLength(0);
   });
 
   it.each<Refusal>(['queue_full', 'broker_down', 'connecting', 'fatal_error', 'topic_unknown', 'shutting_down'])(

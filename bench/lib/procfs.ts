@@ -1,0 +1,63 @@
+// CPU time and memory of the processes under test, read from the operating system (/proc), not
+// estimated: utime + stime of every process of the tree (all threads, librdkafka's included).
+import { execFileSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+
+const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim());
+
+/** The pid and all its descendants (the primary and its workers). */
+export function processTree(pid: number): number[] {
+  const out = [pid];
+  for (let i = 0; i < out.length; i++) {
+    const p = out[i]!;
+    let tasks: string[] = [];
+    try {
+      tasks = readdirSync(`/proc/${p}/task`);
+    } catch {
+      continue;
+    }
+    for (const t of tasks) {
+      try {
+        for (const c of readFileSync(`/proc/${p}/task/${t}/children`, 'utf8').trim().split(/\s+/)) if (c) out.push(Number(c));
+      } catch {
+        /* thread gone */
+      }
+    }
+  }
+  return out;
+}
+
+/** CPU seconds (user + system) the processes have used so far. */
+export function cpuSeconds(pids: number[]): number {
+  let ticks = 0;
+  for (const pid of pids) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      // Fields after the ")" that closes the command name: state is field 3, utime 14, stime 15.
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      ticks += Number(fields[11]) + Number(fields[12]);
+    } catch {
+      /* exited */
+    }
+  }
+  return ticks / CLK_TCK;
+}
+
+/** Sum of the processes' peak resident set sizes (VmHWM), in bytes. */
+export function peakRssBytes(pids: number[]): number {
+  let kb = 0;
+  for (const pid of pids) {
+    try {
+      const m = /^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+      if (m) kb += Number(m[1]);
+    } catch {
+      /* exited */
+    }
+  }
+  return kb * 1024;
+}
+
+export function cpuModel(): string {
+  const m = /^model name\s*:\s*(.+)$/m.exec(readFileSync('/proc/cpuinfo', 'utf8'));
+  return m?.[1] ?? 'unknown';
+}

@@ -1,0 +1,51 @@
+// The two implementations under test, started as separate processes the way they run in production.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+export type Impl = 'ours' | 'baseline';
+
+const ENTRY: Record<Impl, string> = {
+  ours: fileURLToPath(new URL('../../src/main.js', import.meta.url)),
+  baseline: fileURLToPath(new URL('../baseline/server.js', import.meta.url)),
+};
+
+export interface Target {
+  impl: Impl;
+  url: string;
+  proc: ChildProcess;
+  stop(): Promise<number | null>;
+}
+
+export async function startTarget(impl: Impl, port: number, env: Record<string, string>): Promise<Target> {
+  const proc = spawn(process.execPath, [ENTRY[impl]], {
+    env: { ...process.env, LISTEN_ADDR: `127.0.0.1:${port}`, LOG_LEVEL: 'warn', ...env },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const exited = new Promise<number | null>((resolve) => proc.once('exit', resolve));
+  const url = `http://127.0.0.1:${port}`;
+  const target: Target = {
+    impl,
+    url,
+    proc,
+    async stop() {
+      proc.kill('SIGTERM');
+      const timer = setTimeout(() => proc.kill('SIGKILL'), 60_000);
+      const code = await exited;
+      clearTimeout(timer);
+      return code;
+    },
+  };
+  // Ready when an empty batch is accepted (both implementations answer 202 to []), and for ours
+  // when /readyz says the producer holds the topic's metadata.
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    const ok = await fetch(`${url}/track`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '[]' })
+      .then((r) => r.status === 202)
+      .catch(() => false);
+    const ready = impl === 'baseline' || (await fetch(`${url}/readyz`).then((r) => r.status === 200).catch(() => false));
+    if (ok && ready) return target;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  proc.kill('SIGKILL');
+  throw new Error(`${impl} did not become ready on ${url}`);
+}

@@ -1,0 +1,231 @@
+// `make bench`: the benchmark suite. Every scenario runs ours and the baseline with the same load, in
+// the same run, against the local Kafka; results go to bench/results/ (JSON, Markdown, SVG).
+// See bench/README.md for what is measured and how.
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import autocannon from 'autocannon';
+import Kafka from 'node-rdkafka';
+import { loadConfig } from '../src/config.js';
+import { producerSettings } from '../src/kafka/producer.js';
+import { BROKERS, createTopic, deleteTopic } from '../test/helpers/kafka.js';
+import { freePort } from '../test/helpers/service.js';
+import { cpuModel, cpuSeconds, peakRssBytes, processTree } from './lib/procfs.js';
+import { markdown, svgChart, type ScenarioResult } from './lib/report.js';
+import { startTarget, type Impl } from './lib/targets.js';
+
+const env = process.env;
+const num = (name: string, dflt: number) => (env[name] === undefined ? dflt : Number(env[name]));
+const DESIGN_SECONDS = num('BENCH_DESIGN_SECONDS', 60);
+const SAT_SECONDS = num('BENCH_SAT_SECONDS', 10);
+const WARMUP_SECONDS = num('BENCH_WARMUP_SECONDS', 3);
+const LOAD_THREADS = num('BENCH_LOAD_THREADS', 1);
+const BATCHES = (env.BENCH_BATCHES ?? '1,10,100,1000').split(',').map(Number);
+const IMPLS = (env.BENCH_IMPLS ?? 'ours:1,ours:2,baseline:1').split(',').map((s) => {
+  const [impl, workers] = s.split(':');
+  return { impl: impl as Impl, workers: Number(workers ?? 1) };
+});
+const ONLY = env.BENCH_ONLY; // "design" or "saturation"
+const RUN_ID = `r${Date.now().toString(36)}`;
+
+interface Shape {
+  name: string;
+  kind: 'design' | 'saturation';
+  points: number;
+  connections: number;
+  rate: number | null; // requests per second overall, or null for closed loop
+  seconds: number;
+}
+
+function body(points: number): string {
+  const out = [];
+  for (let i = 0; i < points; i++) {
+    out.push({ container_id: `${RUN_ID}-c${i % 64}`, lat: 51.9 + i / 1e4, lon: 4.4 - i / 1e4, timestamp: '2024-05-01T12:00:00.123Z', speed: i % 30 });
+  }
+  return JSON.stringify(out);
+}
+
+function load(url: string, payload: string, shape: Shape, seconds: number, threads: number): Promise<autocannon.Result> {
+  const opts: autocannon.Options = {
+    url: `${url}/track`,
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: payload,
+    connections: shape.connections,
+    duration: seconds,
+    pipelining: 1,
+  };
+  // autocannon applies overallRate in each worker thread: divide it among them.
+  if (shape.rate !== null) opts.overallRate = Math.round(shape.rate / Math.max(1, threads));
+  if (threads > 0) (opts as autocannon.Options & { workers: number }).workers = threads;
+  return autocannon(opts);
+}
+
+/** Quantile of a Prometheus histogram from the bucket deltas between two scrapes, linear within a bucket. */
+function histogramQuantile(before: string, after: string, metric: string, q: number): number | null {
+  const buckets = (text: string) => {
+    const m = new Map<number, number>();
+    const re = new RegExp(`^${metric}_bucket\\{le="([^"]+)"\\} (\\S+)$`, 'gm');
+    for (const [, le, v] of text.matchAll(re)) m.set(le === '+Inf' ? Infinity : Number(le), Number(v));
+    return m;
+  };
+  const b0 = buckets(before);
+  const b1 = buckets(after);
+  const les = [...b1.keys()].sort((a, b) => a - b);
+  const total = (b1.get(Infinity) ?? 0) - (b0.get(Infinity) ?? 0);
+  if (total <= 0) return null;
+  const rank = q * total;
+  let prevLe = 0;
+  let prevCount = 0;
+  for (const le of les) {
+    const count = (b1.get(le) ?? 0) - (b0.get(le) ?? 0);
+    if (count >= rank) {
+      if (le === Infinity) return prevLe;
+      return prevLe + ((le - prevLe) * (rank - prevCount)) / Math.max(1, count - prevCount);
+    }
+    prevLe = le;
+    prevCount = count;
+  }
+  return prevLe;
+}
+
+/** Reads the whole topic and counts the messages whose key carries this run's id. */
+async function countDelivered(topic: string, expected: number): Promise<number> {
+  const consumer = new Kafka.KafkaConsumer(
+    { 'metadata.broker.list': BROKERS, 'group.id': `bench-${RUN_ID}-${topic}`, 'enable.auto.commit': false },
+    { 'auto.offset.reset': 'earliest' },
+  );
+  await new Promise<void>((res, rej) => consumer.connect({ timeout: 15_000 }, (e) => (e ? rej(e) : res())));
+  consumer.assign(Array.from({ length: 6 }, (_, partition) => ({ topic, partition, offset: 0 })));
+  let count = 0;
+  let idleSince = Date.now();
+  const deadline = Date.now() + 120_000;
+  while (Date.now() < deadline && Date.now() - idleSince < (count >= expected ? 1_000 : 10_000)) {
+    const batch = await new Promise<Kafka.Message[]>((res, rej) => consumer.consume(10_000, (e, m) => (e ? rej(e) : res(m))));
+    for (const m of batch) if (m.key?.toString().startsWith(RUN_ID)) count++;
+    if (batch.length > 0) idleSince = Date.now();
+  }
+  await new Promise<void>((res) => consumer.disconnect(() => res()));
+  return count;
+}
+
+async function runScenario(impl: Impl, workers: number, shape: Shape): Promise<ScenarioResult> {
+  const topic = await createTopic(`bench.${RUN_ID}.${impl}${workers}.${shape.name.replace(/[^a-z0-9]+/gi, '-')}`);
+  const target = await startTarget(impl, await freePort(), { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS: String(workers) });
+  if (impl === 'ours') await new Promise((r) => setTimeout(r, 1_000)); // every worker's producer connected
+  const payload = body(shape.points);
+  const label = `${shape.name} ${impl}${impl === 'ours' ? ` W=${workers}` : ''}`;
+  let accepted = 0;
+  try {
+    if (WARMUP_SECONDS > 0) {
+      const warm = await load(target.url, payload, { ...shape, rate: shape.rate === null ? null : shape.rate / 2 }, WARMUP_SECONDS, LOAD_THREADS);
+      accepted += warm['2xx'] * shape.points;
+    }
+    const pids = processTree(target.proc.pid!);
+    const metricsBefore = impl === 'ours' ? await (await fetch(`${target.url}/metrics`)).text() : '';
+    const cpu0 = cpuSeconds(pids);
+    const gen0 = process.cpuUsage();
+    const t0 = performance.now();
+    const progress = setInterval(() => {
+      process.stderr.write(`\r  ${label}: ${Math.round((performance.now() - t0) / 1000)}/${shape.seconds} s   `);
+    }, 1_000);
+    const r = await load(target.url, payload, shape, shape.seconds, LOAD_THREADS);
+    clearInterval(progress);
+    const wall = (performance.now() - t0) / 1000;
+    const serviceCpu = cpuSeconds(pids) - cpu0;
+    const gen = process.cpuUsage(gen0);
+    const rss = peakRssBytes(pids);
+    const metricsAfter = impl === 'ours' ? await (await fetch(`${target.url}/metrics`)).text() : '';
+    accepted += r['2xx'] * shape.points;
+    const pointsInWindow = r['2xx'] * shape.points;
+    const code = await target.stop(); // SIGTERM: ours flushes; the baseline disconnects kafkajs
+    const delivered = await countDelivered(topic, accepted);
+    const q = (p: number) => histogramQuantile(metricsBefore, metricsAfter, 'ingest_delivery_latency_seconds', p);
+    const p50 = q(0.5);
+    const p99 = q(0.99);
+    const result: ScenarioResult = {
+      name: shape.name,
+      kind: shape.kind,
+      impl,
+      workers,
+      pointsPerRequest: shape.points,
+      connections: shape.connections,
+      seconds: shape.seconds,
+      targetRate: shape.rate,
+      requests: r.requests.total,
+      non2xx: r.non2xx,
+      errors: r.errors + r.timeouts,
+      requestsPerSecond: r['2xx'] / wall,
+      pointsPerSecond: pointsInWindow / wall,
+      latencyMs: { p50: r.latency.p50, p90: r.latency.p90, p99: r.latency.p99, p999: (r.latency as unknown as Record<string, number>).p99_9 ?? NaN, max: r.latency.max },
+      serviceCpuSeconds: serviceCpu,
+      cpuMicrosPerPoint: pointsInWindow > 0 ? (serviceCpu * 1e6) / pointsInWindow : NaN,
+      cpuMicrosPerRequest: r['2xx'] > 0 ? (serviceCpu * 1e6) / r['2xx'] : NaN,
+      pointsPerCpuSecond: serviceCpu > 0 ? pointsInWindow / serviceCpu : NaN,
+      servicePeakRssMiB: rss / 2 ** 20,
+      loadGeneratorCpuPercent: ((gen.user + gen.system) / 1e6 / wall) * 100,
+      accepted,
+      delivered,
+      deliveryLatencyMs: p50 === null || p99 === null ? null : { p50: p50 * 1000, p99: p99 * 1000 },
+    };
+    process.stderr.write(
+      `\r  ${label}: ${Math.round(result.pointsPerSecond)} points/s, p99 ${result.latencyMs.p99} ms, ${result.cpuMicrosPerPoint.toFixed(2)} µs CPU/point, delivered ${delivered}/${accepted}, exit ${code}\n`,
+    );
+    return result;
+  } finally {
+    if (target.proc.exitCode === null) await target.stop();
+    await deleteTopic(topic);
+  }
+}
+
+async function main() {
+  const config = loadConfig({ ...env, MQ_BROKERS: BROKERS });
+  const settings = producerSettings(config, 'bench');
+  const meta: Record<string, string> = {
+    date: new Date().toISOString(),
+    run: RUN_ID,
+    commit: execFileSync('git', ['rev-parse', '--short', 'HEAD']).toString().trim(),
+    node: process.version,
+    cpu: `${cpuModel()} × ${cpus().length}`,
+    memory: `${Math.round(totalmem() / 2 ** 30)} GiB`,
+    broker: `${BROKERS} (scripts/kafka.sh, Apache Kafka 4.1.1, one broker on the same machine)`,
+    'producer (ours)': `librdkafka ${Kafka.librdkafkaVersion}: linger.ms=${settings.global['linger.ms']}, batch.num.messages=${settings.global['batch.num.messages']}, enable.idempotence=${settings.global['enable.idempotence']}, acks=all, partitioner=murmur2_random`,
+    'producer (baseline)': 'kafkajs 2.2.4, idempotent, acks=-1, one send() per request, default partitioner (murmur2)',
+    'load generator': `autocannon, ${LOAD_THREADS} worker thread(s), pipelining 1, same process as this runner`,
+    note: 'load generator, service and broker share the machine: compare ratios and CPU per point, not absolute rates',
+  };
+  console.log(Object.entries(meta).map(([k, v]) => `${k}: ${v}`).join('\n'));
+
+  const shapes: Shape[] = [];
+  if (ONLY !== 'saturation') {
+    shapes.push({ name: 'design 100×100', kind: 'design', points: 100, connections: 10, rate: 100, seconds: DESIGN_SECONDS });
+    shapes.push({ name: 'design 10000×1', kind: 'design', points: 1, connections: 50, rate: 10_000, seconds: DESIGN_SECONDS });
+  }
+  if (ONLY !== 'design') {
+    for (const b of BATCHES) shapes.push({ name: `batch ${b}`, kind: 'saturation', points: b, connections: b >= 1000 ? 8 : 32, rate: null, seconds: SAT_SECONDS });
+  }
+  const results: ScenarioResult[] = [];
+  for (const shape of shapes) {
+    console.log(`${shape.name}:`);
+    const impls = shape.kind === 'design' ? [{ impl: 'ours' as Impl, workers: config.workers }, { impl: 'baseline' as Impl, workers: 1 }] : IMPLS;
+    for (const { impl, workers } of impls) results.push(await runScenario(impl, workers, shape));
+  }
+
+  const dir = new URL('../../bench/results/', import.meta.url);
+  mkdirSync(dir, { recursive: true });
+  const stamp = meta.date!.slice(0, 19).replace(/[:T]/g, '-');
+  writeFileSync(new URL(`${stamp}.json`, dir), JSON.stringify({ meta, results }, null, 2) + '\n');
+  const md = markdown(meta, results);
+  writeFileSync(new URL(`${stamp}.md`, dir), md + '\n');
+  writeFileSync(new URL('latest.md', dir), md + '\n');
+  if (results.some((r) => r.kind === 'saturation')) {
+    const svg = svgChart(results);
+    writeFileSync(new URL(`${stamp}.svg`, dir), svg + '\n');
+    writeFileSync(new URL('latest.svg', dir), svg + '\n');
+  }
+  console.log('\n' + md);
+  console.log(`written: bench/results/${stamp}.{json,md${results.some((r) => r.kind === 'saturation') ? ',svg' : ''}} and latest.*`);
+}
+
+await main();
+process.exit(0);
