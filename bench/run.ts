@@ -61,32 +61,37 @@ function load(url: string, payload: string, shape: Shape, seconds: number, threa
   return autocannon(opts);
 }
 
-/** Quantile of a Prometheus histogram from the bucket deltas between two scrapes, linear within a bucket. */
-function histogramQuantile(before: string, after: string, metric: string, q: number): number | null {
-  const buckets = (text: string) => {
-    const m = new Map<number, number>();
-    const re = new RegExp(`^${metric}_bucket\\{le="([^"]+)"\\} (\\S+)$`, 'gm');
-    for (const [, le, v] of text.matchAll(re)) m.set(le === '+Inf' ? Infinity : Number(le), Number(v));
-    return m;
-  };
-  const b0 = buckets(before);
-  const b1 = buckets(after);
-  const les = [...b1.keys()].sort((a, b) => a - b);
-  const total = (b1.get(Infinity) ?? 0) - (b0.get(Infinity) ?? 0);
-  if (total <= 0) return null;
-  const rank = q * total;
-  let prevLe = 0;
-  let prevCount = 0;
-  for (const le of les) {
-    const count = (b1.get(le) ?? 0) - (b0.get(le) ?? 0);
-    if (count >= rank) {
-      if (le === Infinity) return prevLe;
-      return prevLe + ((le - prevLe) * (rank - prevCount)) / Math.max(1, count - prevCount);
-    }
-    prevLe = le;
-    prevCount = count;
+/** A gauge series' value in Prometheus text, or null. */
+function gaugeValue(text: string, series: string): number | null {
+  const line = text.split('\n').find((l) => l.startsWith(series + ' '));
+  return line === undefined ? null : Number(line.slice(series.length + 1));
+}
+
+/** Messages in the topic (sum of the high watermarks of its 6 partitions; the topic is new). */
+async function topicSize(topic: string): Promise<number> {
+  const client = new Kafka.Producer({ 'metadata.broker.list': BROKERS });
+  await new Promise<void>((res, rej) => client.connect({ timeout: 15_000 }, (e) => (e ? rej(e) : res())));
+  let total = 0;
+  for (let p = 0; p < 6; p++) {
+    total += await new Promise<number>((res, rej) =>
+      client.queryWatermarkOffsets(topic, p, 5_000, (e, o) => (e ? rej(e) : res(o.highOffset))),
+    );
   }
-  return prevLe;
+  await new Promise<void>((res) => client.disconnect(() => res()));
+  return total;
+}
+
+/** Waits until the topic holds `expected` messages or stops growing for 5 s (delivery still in progress). */
+async function waitForDelivery(topic: string, expected: number): Promise<void> {
+  let last = -1;
+  let stableSince = Date.now();
+  while (Date.now() - stableSince < 5_000) {
+    const n = await topicSize(topic);
+    if (n >= expected) return;
+    if (n !== last) stableSince = Date.now();
+    last = n;
+    await new Promise((r) => setTimeout(r, 500));
+  }
 }
 
 /** Reads the whole topic and counts the messages whose key carries this run's id. */
@@ -122,7 +127,6 @@ async function runScenario(impl: Impl, workers: number, shape: Shape): Promise<S
       accepted += warm['2xx'] * shape.points;
     }
     const pids = processTree(target.proc.pid!);
-    const metricsBefore = impl === 'ours' ? await (await fetch(`${target.url}/metrics`)).text() : '';
     const cpu0 = cpuSeconds(pids);
     const gen0 = process.cpuUsage();
     const t0 = performance.now();
@@ -138,11 +142,14 @@ async function runScenario(impl: Impl, workers: number, shape: Shape): Promise<S
     const metricsAfter = impl === 'ours' ? await (await fetch(`${target.url}/metrics`)).text() : '';
     accepted += r['2xx'] * shape.points;
     const pointsInWindow = r['2xx'] * shape.points;
-    const code = await target.stop(); // SIGTERM: ours flushes; the baseline disconnects kafkajs
+    // Let both implementations finish delivering before they are stopped: the baseline's shutdown
+    // does not wait for kafkajs sends in flight, and the comparison is about the steady state.
+    await waitForDelivery(topic, accepted);
+    const code = await target.stop();
     const delivered = await countDelivered(topic, accepted);
-    const q = (p: number) => histogramQuantile(metricsBefore, metricsAfter, 'ingest_delivery_latency_seconds', p);
-    const p50 = q(0.5);
-    const p99 = q(0.99);
+    // librdkafka's statistics windows at the end of the measured window (see ingest_delivery_latency_seconds).
+    const p50 = gaugeValue(metricsAfter, 'ingest_delivery_latency_seconds{quantile="0.5"}');
+    const p99 = gaugeValue(metricsAfter, 'ingest_delivery_latency_seconds{quantile="0.99"}');
     const result: ScenarioResult = {
       name: shape.name,
       kind: shape.kind,
