@@ -1,6 +1,6 @@
 // One worker process: a producer, an HTTP server, and the shutdown sequence.
 //
-//   start:    producer (connects in the background) → HTTP server listens → tells the primary
+//   start:    producer connects → HTTP server listens (at most 5 s later, ready or not) → tells the primary
 //   shutdown: stop listening → wait for bodies being read → producer.drain (refuses new points with
 //             500, flushes what it holds, bounded by SHUTDOWN_TIMEOUT_MS) → exit 0, or 4 if points
 //             were still unacknowledged at the deadline
@@ -17,6 +17,7 @@ import { buildOpenApi } from './openapi.js';
 
 export const WORKER_READY = 'ingest:worker-listening';
 export const WORKER_SHUTDOWN = 'ingest:shutdown';
+const LISTEN_AFTER_PRODUCER_WAIT_MS = 5_000;
 
 export async function runWorker(config: Config): Promise<void> {
   const workerId = String(cluster.worker?.id ?? 0);
@@ -35,6 +36,13 @@ export async function runWorker(config: Config): Promise<void> {
     process.exit(EXIT.CONFIG);
   }
   producer.start();
+  // Listen once the producer can take points: with SO_REUSEPORT the kernel sends a listening worker
+  // its share of new connections, and a worker that is still connecting could only answer them 500
+  // (at start-up, and when replacing a crashed worker while the others serve). Bounded, so that
+  // /healthz answers and /readyz explains while Kafka is unreachable.
+  if (!(await producer.whenAccepting(LISTEN_AFTER_PRODUCER_WAIT_MS))) {
+    log.warn({ waitedMs: LISTEN_AFTER_PRODUCER_WAIT_MS, brokers: config.brokers }, 'listening before the Kafka producer is ready; POST /track answers 500 until it is');
+  }
 
   const server = new HttpServer({
     config,

@@ -46,6 +46,7 @@ function isJsonContentType(value: string): boolean {
 export class HttpServer {
   private readonly app: uWS.TemplatedApp;
   private readonly limits: TrackLimits;
+  private readonly tally: WorkerMetrics['track']['tally'];
   private listenSocket: uWS.us_listen_socket | null = null;
   /** Requests whose body is still being read: shutdown waits for them. */
   private bodiesInFlight = 0;
@@ -61,6 +62,7 @@ export class HttpServer {
       topic: config.topic,
     };
     const m = deps.metrics;
+    this.tally = m.track.tally;
     const health = m.other('/healthz');
     const ready = m.other('/readyz');
     const metricsRoute = m.other('/metrics');
@@ -71,7 +73,10 @@ export class HttpServer {
 
     this.app = uWS.App()
       .post('/track', (res, req) => this.onTrack(res, req))
-      .any('/track', (res) => this.reply(res, 405, TRACK_METHOD, m.track, 'POST'))
+      .any('/track', (res) => {
+        m.track.tally.byStatus[405]++;
+        this.reply(res, 405, TRACK_METHOD, null, 'POST');
+      })
       .get('/healthz', (res) => this.reply(res, 200, healthy, health))
       .get('/readyz', (res) => {
         const r = this.deps.producer.readiness();
@@ -142,7 +147,7 @@ export class HttpServer {
       if (received > max) {
         done = true;
         this.bodiesInFlight--;
-        this.deps.metrics.requestBytes.inc(received);
+        this.tally.bytes += received;
         this.finishTrack(res, started, this.tooLarge(), STOP_READING);
         return;
       }
@@ -158,7 +163,7 @@ export class HttpServer {
         parts.push(Buffer.copyBytesFrom(new Uint8Array(chunk)));
         body = Buffer.concat(parts, received);
       }
-      this.deps.metrics.requestBytes.inc(received);
+      this.tally.bytes += received;
       this.finishTrack(res, started, handleTrackBody(body, gzipped, this.limits, this.deps.producer), KEEP_READING);
     });
   }
@@ -177,12 +182,12 @@ export class HttpServer {
   }
 
   private finishTrack(res: uWS.HttpResponse, started: number, outcome: TrackOutcome, stopReading: boolean): void {
-    const m = this.deps.metrics;
+    const { tally, duration, requestPoints } = this.deps.metrics.track;
     if (outcome.status === 202) {
-      m.points.inc(outcome.points);
-      if (outcome.points > 0) m.requestPoints.observe(outcome.points);
+      tally.points += outcome.points;
+      if (outcome.points > 0) requestPoints.observe(outcome.points);
     } else if (outcome.reason !== undefined) {
-      m.rejected[outcome.reason].inc(outcome.points);
+      tally.rejected[outcome.reason] += outcome.points;
     }
     if (stopReading) {
       // The rest of the body is not wanted. Closing the socket now would make the kernel answer the
@@ -197,8 +202,8 @@ export class HttpServer {
       if (stopReading) res.writeHeader('connection', 'close');
       res.end(outcome.body, this.draining);
     });
-    m.track.requests[outcome.status]?.inc();
-    m.track.duration.observe((performance.now() - started) / 1000);
+    tally.byStatus[outcome.status]++;
+    duration.observe((performance.now() - started) / 1000);
   }
 
   // ---- the other routes ---------------------------------------------------------------------
@@ -207,13 +212,13 @@ export class HttpServer {
     res: uWS.HttpResponse,
     status: number,
     body: string,
-    route: RouteMetrics,
+    route: RouteMetrics | null,
     allow?: string,
   ): void {
     res.writeStatus(STATUS_LINE[status]!).writeHeader('content-type', JSON_TYPE);
     if (allow !== undefined) res.writeHeader('allow', allow);
     res.end(body, this.draining);
-    route.requests[status]?.inc();
+    route?.requests[status]?.inc();
   }
 
   private onMetrics(res: uWS.HttpResponse, route: RouteMetrics): void {

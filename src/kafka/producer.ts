@@ -126,6 +126,7 @@ export class TrackProducer {
   private readonly connectFailures: Throttled;
   private readonly brokerErrors: Throttled;
   private graceTimer: NodeJS.Timeout | null = null;
+  private readonly acceptingWaiters = new Set<() => void>();
   private metadataTimer: NodeJS.Timeout | null = null;
 
   constructor(
@@ -163,6 +164,22 @@ export class TrackProducer {
 
   get queuedBytes(): number {
     return this.statsQueueBytes + (this.enqueuedBytes - this.enqueuedBytesAtStats);
+  }
+
+  /** Resolves true once points are accepted, or false after timeoutMs. */
+  whenAccepting(timeoutMs: number): Promise<boolean> {
+    if (this.refusal === null) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.acceptingWaiters.delete(done);
+        resolve(false);
+      }, timeoutMs);
+      const done = () => {
+        clearTimeout(timer);
+        resolve(true);
+      };
+      this.acceptingWaiters.add(done);
+    });
   }
 
   /** /readyz: a broker connection and the topic's metadata, right now (no grace period). */
@@ -367,9 +384,10 @@ export class TrackProducer {
     }
     const topic = stats.topics?.[this.topic];
     if (topic?.batchcnt !== undefined && topic.batchcnt.cnt > 0) this.metrics.batchSize.set(topic.batchcnt.avg);
-    if (topic?.partitions !== undefined) {
-      this.topicReady = Object.values(topic.partitions).some((p) => p.partition >= 0 && p.leader >= 0);
-    }
+    // Only statistics that list the topic's partitions say anything about leaders: right after
+    // connecting, the topic appears before its metadata does.
+    const partitions = Object.values(topic?.partitions ?? {}).filter((p) => p.partition >= 0);
+    if (partitions.length > 0) this.topicReady = partitions.some((p) => p.leader >= 0);
     if (up > 0) this.downSince = null;
     else this.markDown();
     this.updateRefusal();
@@ -395,7 +413,12 @@ export class TrackProducer {
     else if (this.downSince !== null && Date.now() - this.downSince >= this.graceMs) this.refusal = 'broker_down';
     else if (!this.topicReady) this.refusal = 'topic_unknown';
     else this.refusal = null;
-    if (before !== this.refusal) this.log.info({ from: before ?? 'accepting', to: this.refusal ?? 'accepting' }, 'producer state changed');
+    if (before === this.refusal) return;
+    this.log.info({ from: before ?? 'accepting', to: this.refusal ?? 'accepting' }, 'producer state changed');
+    if (this.refusal === null) {
+      for (const waiter of this.acceptingWaiters) waiter();
+      this.acceptingWaiters.clear();
+    }
   }
 }
 

@@ -32,40 +32,51 @@ export function encodeValue(p: TrackPoint): string {
   );
 }
 
+/**
+ * Scratch space for the values of one request, reused by every request of this worker: one UTF-8
+ * write per request instead of a new multi-kilobyte buffer (allocation and GC were 7 % of a saturated
+ * worker's profile at 100 points per request). Safe because node-rdkafka copies each value into
+ * librdkafka inside produce() (RK_MSG_COPY), so the views are dead once the request is enqueued.
+ */
+let scratch = Buffer.allocUnsafe(256 * 1024);
+
+/**
+ * Encodes the points of one request. The values are views into a buffer that the next call
+ * overwrites: hand them to the producer before encoding another request.
+ */
 export function encodePoints(points: readonly TrackPoint[]): EncodedPoints {
   const count = points.length;
   const keys = new Array<string>(count);
-  const texts = new Array<string>(count);
-  let chars = 0;
+  const ends = new Uint32Array(count);
+  let all = '';
   let keyBytes = 0;
   for (let i = 0; i < count; i++) {
     const p = points[i]!;
     keys[i] = p.container_id;
     keyBytes += Buffer.byteLength(p.container_id);
-    const text = encodeValue(p);
-    texts[i] = text;
-    chars += text.length;
+    all += encodeValue(p);
+    ends[i] = all.length;
   }
-  // One UTF-8 encoding and one allocation for the whole request instead of one per point
-  // (node-rdkafka copies each value into librdkafka: RK_MSG_COPY, so views are safe to reuse).
-  const all = Buffer.from(texts.join(''));
+  if (scratch.length < all.length * 3) scratch = Buffer.allocUnsafe(Math.max(all.length * 3, scratch.length * 2));
+  const bytes = scratch.write(all, 0);
   const values = new Array<Buffer>(count);
   let largestValue = 0;
-  if (all.length === chars) {
+  let start = 0;
+  if (bytes === all.length) {
     // All ASCII (the usual case): byte offsets are character offsets.
-    let offset = 0;
     for (let i = 0; i < count; i++) {
-      const len = texts[i]!.length;
-      values[i] = all.subarray(offset, offset + len);
-      offset += len;
-      if (len > largestValue) largestValue = len;
+      const end = ends[i]!;
+      values[i] = scratch.subarray(start, end);
+      if (end - start > largestValue) largestValue = end - start;
+      start = end;
     }
   } else {
     for (let i = 0; i < count; i++) {
-      const value = Buffer.from(texts[i]!);
+      const value = Buffer.from(all.slice(start, ends[i]));
       values[i] = value;
       if (value.length > largestValue) largestValue = value.length;
+      start = ends[i]!;
     }
   }
-  return { count, keys, values, bytes: all.length + keyBytes, largestValue };
+  return { count, keys, values, bytes: bytes + keyBytes, largestValue };
 }
