@@ -80,7 +80,7 @@ export function svgChart(results: ScenarioResult[]): string {
   const sat = results.filter((r) => r.kind === 'saturation');
   const series = new Map<string, ScenarioResult[]>();
   for (const r of sat) {
-    const key = r.impl === 'ours' ? `ours, ${r.workers} worker${r.workers === 1 ? '' : 's'}` : 'baseline (node:http + zod + kafkajs)';
+    const key = r.impl === 'ours' ? `ours, ${r.workers} worker${r.workers === 1 ? '' : 's'}` : 'baseline (one process)';
     if (!series.has(key)) series.set(key, []);
     series.get(key)!.push(r);
   }
