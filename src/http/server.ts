@@ -47,6 +47,7 @@ export class HttpServer {
   private readonly app: uWS.TemplatedApp;
   private readonly limits: TrackLimits;
   private readonly tally: WorkerMetrics['track']['tally'];
+  private readonly tooLarge: TrackOutcome;
   private listenSocket: uWS.us_listen_socket | null = null;
   /** Requests whose body is still being read: shutdown waits for them. */
   private bodiesInFlight = 0;
@@ -60,6 +61,12 @@ export class HttpServer {
       maxPoints: config.maxPoints,
       brokerDownGraceMs: config.brokerDownGraceMs,
       topic: config.topic,
+    };
+    this.tooLarge = {
+      status: 413,
+      body: errorBody('payload_too_large', `body is larger than ${config.maxBodyBytes} bytes (MAX_BODY_BYTES)`),
+      points: 0,
+      reason: 'payload_too_large',
     };
     const m = deps.metrics;
     this.tally = m.track.tally;
@@ -127,7 +134,7 @@ export class HttpServer {
     const lengthHeader = req.getHeader('content-length');
     if (lengthHeader !== '' && Number(lengthHeader) > max) {
       // Refused before a byte of the body is read.
-      return this.finishTrack(res, started, this.tooLarge(), STOP_READING);
+      return this.finishTrack(res, started, this.tooLarge, STOP_READING);
     }
 
     // The body arrives in chunks that uWS owns and reuses after each callback: a single-chunk body
@@ -148,7 +155,7 @@ export class HttpServer {
         done = true;
         this.bodiesInFlight--;
         this.tally.bytes += received;
-        this.finishTrack(res, started, this.tooLarge(), STOP_READING);
+        this.finishTrack(res, started, this.tooLarge, STOP_READING);
         return;
       }
       if (!isLast) {
@@ -172,14 +179,6 @@ export class HttpServer {
     return { status, body, points: 0, reason: 'unsupported_media_type' };
   }
 
-  private tooLarge(): TrackOutcome {
-    return {
-      status: 413,
-      body: errorBody('payload_too_large', `body is larger than ${this.limits.maxBodyBytes} bytes (MAX_BODY_BYTES)`),
-      points: 0,
-      reason: 'payload_too_large',
-    };
-  }
 
   private finishTrack(res: uWS.HttpResponse, started: number, outcome: TrackOutcome, stopReading: boolean): void {
     const { tally, duration, requestPoints } = this.deps.metrics.track;

@@ -1,6 +1,7 @@
 // Starts the built service (dist/src/main.js) as a real process tree, primary and workers, on a free
 // port, the way `make run` does; the tests talk to it over HTTP and stop it when they are done.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { request } from 'node:http';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { BROKERS } from './kafka.js';
@@ -105,4 +106,19 @@ export async function postTrack(url: string, body: unknown, headers: Record<stri
     body: typeof body === 'string' || Buffer.isBuffer(body) ? body : JSON.stringify(body),
   });
   return { status: res.status, headers: res.headers, json: (await res.json()) as Record<string, unknown> };
+}
+
+/**
+ * POST /track on a fresh connection (no keep-alive): the kernel picks a worker anew, and no pooled
+ * connection can point at a worker that a test has just killed.
+ */
+export function postFresh(url: string, body: unknown): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request(`${url}/track`, { method: 'POST', agent: false, headers: { 'content-type': 'application/json' } }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode!));
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify(body));
+  });
 }

@@ -1,8 +1,8 @@
 // The primary forks WORKERS workers that all serve one port, and replaces one that dies.
-import { get, request } from 'node:http';
+import { get } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
-import { point, startService, type Service } from '../helpers/service.js';
+import { point, postFresh, startService, type Service } from '../helpers/service.js';
 
 let svc: Service;
 let topic: string;
@@ -15,17 +15,6 @@ function healthPid(url: string): Promise<number> {
       res.on('data', (d) => (body += d));
       res.on('end', () => resolve((JSON.parse(body) as { pid: number }).pid));
     }).on('error', reject);
-  });
-}
-/** POST /track on a fresh connection: a pooled keep-alive connection may point at the killed worker. */
-function postFresh(url: string, body: unknown): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const req = request(`${url}/track`, { method: 'POST', agent: false, headers: { 'content-type': 'application/json' } }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode!));
-    });
-    req.on('error', reject);
-    req.end(JSON.stringify(body));
   });
 }
 async function pidsSeen(url: string, connections = 60): Promise<Set<number>> {

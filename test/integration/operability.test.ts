@@ -1,11 +1,10 @@
 // What an SRE relies on: one scrape covers all workers, readiness follows the broker, logs stay
 // quiet when errors repeat, and SASL/PLAIN works. The last test stops and restarts the local broker.
 import { execFileSync } from 'node:child_process';
-import { request } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BROKERS, consumeAll, createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
-import { point, postTrack, startService, type Service } from '../helpers/service.js';
+import { point, postFresh, postTrack, startService, type Service } from '../helpers/service.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
 let topic: string;
@@ -17,16 +16,6 @@ afterAll(async () => {
   await deleteTopic(topic);
 });
 
-function postFresh(url: string, body: unknown): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const req = request(`${url}/track`, { method: 'POST', agent: false, headers: { 'content-type': 'application/json' } }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode!));
-    });
-    req.on('error', reject);
-    req.end(JSON.stringify(body));
-  });
-}
 const metricValue = (text: string, series: string) => {
   const line = text.split('\n').find((l) => l.startsWith(series + ' '));
   return line === undefined ? undefined : Number(line.slice(series.length + 1));
