@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help install build run test test-image test-unit broker broker-stop cluster cluster-stop consume openapi bench clean
+.PHONY: help install build run test test-image test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -43,6 +43,10 @@ consume: ## print what the topic holds (key, partition, value)
 bench: build ## the benchmark suite against a local Kafka (about 8 minutes; see bench/README.md)
 	@npx tsc -p .
 	@scripts/with-broker.sh node dist/bench/run.js
+
+fuzz: build ## 1,000,000 hostile bodies against a running worker: no crash, JSON 4xx answers, RSS curve
+	@npx tsc -p .
+	@scripts/with-broker.sh node dist/bench/fuzz.js
 
 openapi: build ## regenerate openapi.json from the zod schema
 	@node dist/scripts/write-openapi.js
