@@ -36,13 +36,6 @@ export async function runWorker(config: Config): Promise<void> {
     process.exit(EXIT.CONFIG);
   }
   producer.start();
-  // Listen once the producer can take points: with SO_REUSEPORT the kernel sends a listening worker
-  // its share of new connections, and a worker that is still connecting could only answer them 500
-  // (at start-up, and when replacing a crashed worker while the others serve). Bounded, so that
-  // /healthz answers and /readyz explains while Kafka is unreachable.
-  if (!(await producer.whenAccepting(LISTEN_AFTER_PRODUCER_WAIT_MS))) {
-    log.warn({ waitedMs: LISTEN_AFTER_PRODUCER_WAIT_MS, brokers: config.brokers }, 'listening before the Kafka producer is ready; POST /track answers 500 until it is');
-  }
 
   const server = new HttpServer({
     config,
@@ -53,14 +46,6 @@ export async function runWorker(config: Config): Promise<void> {
     clusterMetrics: clusterMetricsClient(metrics.registry),
     openApiJson: JSON.stringify(buildOpenApi(config)),
   });
-  try {
-    await server.listen();
-  } catch (err) {
-    log.fatal({ err: (err as Error).message }, 'cannot listen');
-    process.exit(EXIT.LISTEN);
-  }
-  log.debug({ listen: config.listen }, 'worker listening');
-  process.send?.({ type: WORKER_READY });
 
   let stopping: Promise<void> | null = null;
   const shutdown = (why: string) => {
@@ -73,7 +58,11 @@ export async function runWorker(config: Config): Promise<void> {
         log.error({ unacknowledged: left, timeoutMs: config.shutdownTimeoutMs }, 'shutdown deadline reached with points not yet acknowledged by Kafka');
         process.exit(EXIT.UNFLUSHED);
       }
-      log.info('worker stopped; every accepted point was acknowledged by Kafka');
+      if (producer.failedPoints > 0) {
+        log.error({ failed: producer.failedPoints }, 'worker stopped; some accepted points failed delivery (see the earlier delivery errors)');
+      } else {
+        log.info('worker stopped; every accepted point was acknowledged by Kafka');
+      }
       process.exit(EXIT.OK);
     })();
   };
@@ -84,4 +73,22 @@ export async function runWorker(config: Config): Promise<void> {
   });
   // The primary is gone (killed with SIGKILL): do not linger as an orphan holding the port.
   process.on('disconnect', () => shutdown('primary disconnected'));
+
+  // Listen once the producer can take points: with SO_REUSEPORT the kernel sends a listening worker
+  // its share of new connections, and a worker that is still connecting could only answer them 500
+  // (at start-up, and when replacing a crashed worker while the others serve). Bounded, so that
+  // /healthz answers and /readyz explains while Kafka is unreachable. The shutdown handlers above
+  // are in place first, so a signal during this wait still ends the worker in order.
+  if (!(await producer.whenAccepting(LISTEN_AFTER_PRODUCER_WAIT_MS))) {
+    log.warn({ waitedMs: LISTEN_AFTER_PRODUCER_WAIT_MS, brokers: config.brokers }, 'listening before the Kafka producer is ready; POST /track answers 500 until it is');
+  }
+  if (stopping !== null) return;
+  try {
+    await server.listen();
+  } catch (err) {
+    log.fatal({ err: (err as Error).message }, 'cannot listen');
+    process.exit(EXIT.LISTEN);
+  }
+  log.debug({ listen: config.listen }, 'worker listening');
+  process.send?.({ type: WORKER_READY });
 }

@@ -80,6 +80,8 @@ interface BrokerStats {
   state: string;
   txretries: number;
   waitresp_cnt: number;
+  int_latency?: Window;
+  outbuf_latency?: Window;
   rtt?: Window;
 }
 interface Window {
@@ -90,7 +92,7 @@ interface Window {
 interface Stats {
   msg_cnt: number;
   msg_size: number;
-  brokers?: Record<string, BrokerStats & { int_latency?: Window; outbuf_latency?: Window }>;
+  brokers?: Record<string, BrokerStats>;
   topics?: Record<string, { partitions?: Record<string, { partition: number; leader: number }>; batchcnt?: { avg: number; cnt: number } }>;
 }
 
@@ -160,6 +162,11 @@ export class TrackProducer {
   /** Points accepted and not yet acknowledged by Kafka or failed (librdkafka's count, kept current). */
   get queuedPoints(): number {
     return this.statsQueue + (this.enqueued - this.enqueuedAtStats);
+  }
+
+  /** Accepted points whose delivery failed (timed out, fatal error): each was reported and logged. */
+  get failedPoints(): number {
+    return this.failed;
   }
 
   get queuedBytes(): number {
