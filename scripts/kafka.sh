@@ -8,7 +8,7 @@
 #   scripts/kafka.sh status
 #   scripts/kafka.sh topic NAME [PARTITIONS] [--cluster]     create if missing, then describe
 #   scripts/kafka.sh consume [TOPIC] [--cluster]             print key, partition, value from the start
-#   scripts/kafka.sh kill-node N | start-node N               cluster fault injection (kill -9 / restart)
+#   scripts/kafka.sh kill-node N | stop-node N | start-node N  cluster fault injection (kill -9 / stop / restart)
 #   scripts/kafka.sh fetch                                    only download the jars
 #
 # Everything is idempotent: a second `start` finds the broker running and says so.
@@ -271,6 +271,7 @@ case $cmd in
       --property print.key=true --property print.partition=true --property print.timestamp=true \
       2> >(grep -v -e 'TimeoutException' -e 'Error processing message, terminating consumer' >&2) ;;
   kill-node) stop_node "node${args[0]:?node number 1-3}" KILL ;;
+  stop-node) stop_node "node${args[0]:?node number 1-3}" TERM ;;
   start-node)
     n=${args[0]:?node number 1-3}; write_log4j
     launch_node "node$n" "${n}9092"; wait_ready "127.0.0.1:${n}9092" "node$n"; say "node$n back on 127.0.0.1:${n}9092" ;;

@@ -16,8 +16,29 @@ export const DEFAULTS = {
   PRODUCER_QUEUE_MAX_BYTES: '67108864',
   BROKER_DOWN_GRACE_MS: '5000',
   SHUTDOWN_TIMEOUT_MS: '20000',
+  ACK_MODE: 'async',
+  DELIVERY_TIMEOUT_MS: '10000',
+  SPILL_DIR: 'spill',
+  SPILL_MAX_BYTES: '1073741824',
   LOG_LEVEL: 'info',
 } as const;
+
+/**
+ * Set by the primary on each worker it forks, not by operators: the worker's slot 0..WORKERS-1,
+ * kept when the slot's worker is replaced, so that a replacement finds its predecessor's journal.
+ */
+export const WORKER_SLOT_ENV = 'INGEST_WORKER_SLOT';
+
+/** The slot the primary gave this worker (0 outside the cluster, e.g. in tests). */
+export function workerSlot(env: NodeJS.ProcessEnv = process.env): number {
+  const n = Number(env[WORKER_SLOT_ENV] ?? 0);
+  return Number.isInteger(n) && n >= 0 ? n : 0;
+}
+
+/** Bytes a spill journal record takes beyond its key and value (see kafka/spill-journal.ts). */
+export const SPILL_RECORD_OVERHEAD_BYTES = 20;
+
+export type AckMode = 'async' | 'delivered';
 
 /** Prefix of the pass-through librdkafka properties: MQ_OPT_SECURITY_PROTOCOL=SASL_SSL → security.protocol. */
 export const PRODUCER_OPTION_PREFIX = 'MQ_OPT_';
@@ -39,6 +60,12 @@ export interface Config {
   queueMaxBytes: number;
   brokerDownGraceMs: number;
   shutdownTimeoutMs: number;
+  /** async: 202 once enqueued (spec); delivered: 202 once Kafka acknowledged every point. */
+  ackMode: AckMode;
+  /** delivered mode: librdkafka's message.timeout.ms, the longest a request waits for Kafka. */
+  deliveryTimeoutMs: number;
+  spillDir: string;
+  spillMaxBytes: number;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   /** librdkafka properties given through MQ_OPT_*, already translated to their dotted names. */
   producerOptions: Readonly<Record<string, string>>;
@@ -99,6 +126,10 @@ const EnvSchema = z.object({
   PRODUCER_QUEUE_MAX_BYTES: wholeNumber(1024, 2 ** 40),
   BROKER_DOWN_GRACE_MS: wholeNumber(0, 3_600_000),
   SHUTDOWN_TIMEOUT_MS: wholeNumber(100, 3_600_000),
+  ACK_MODE: z.enum(['async', 'delivered']),
+  DELIVERY_TIMEOUT_MS: wholeNumber(1_000, 3_600_000),
+  SPILL_DIR: z.string().min(1),
+  SPILL_MAX_BYTES: wholeNumber(1024 * 1024, 2 ** 50),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
 });
 
@@ -128,13 +159,29 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     queueMaxBytes: e.PRODUCER_QUEUE_MAX_BYTES,
     brokerDownGraceMs: e.BROKER_DOWN_GRACE_MS,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
+    ackMode: e.ACK_MODE,
+    deliveryTimeoutMs: e.DELIVERY_TIMEOUT_MS,
+    spillDir: e.SPILL_DIR,
+    spillMaxBytes: e.SPILL_MAX_BYTES,
     logLevel: e.LOG_LEVEL,
     producerOptions: Object.freeze(producerOptionsFrom(env)),
   };
   if (config.queueMaxPoints < config.maxPoints) {
     throw new ConfigError('PRODUCER_QUEUE_MAX_POINTS', `must be at least MAX_POINTS (${config.maxPoints}), or no full request could ever be accepted`);
   }
+  const spillReserve = spillReserveBytes(config);
+  if (config.spillMaxBytes <= spillReserve) {
+    throw new ConfigError(
+      'SPILL_MAX_BYTES',
+      `must be above ${spillReserve} bytes: a full producer queue (PRODUCER_QUEUE_MAX_BYTES plus ${SPILL_RECORD_OVERHEAD_BYTES} bytes per point of PRODUCER_QUEUE_MAX_POINTS) must fit in the journal`,
+    );
+  }
   return Object.freeze(config);
+}
+
+/** Journal bytes that a completely full producer queue would need if all of it failed. */
+export function spillReserveBytes(config: Pick<Config, 'queueMaxBytes' | 'queueMaxPoints'>): number {
+  return config.queueMaxBytes + SPILL_RECORD_OVERHEAD_BYTES * config.queueMaxPoints;
 }
 
 /**

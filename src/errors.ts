@@ -10,6 +10,7 @@ export const ERROR_STATUS = {
   payload_too_large: 413,
   unsupported_media_type: 415,
   broker_unavailable: 500,
+  delivery_failed: 500,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;

@@ -19,7 +19,8 @@ export type RejectReason =
   | 'validation_failed'
   | 'payload_too_large'
   | 'unsupported_media_type'
-  | 'broker_unavailable';
+  | 'broker_unavailable'
+  | 'delivery_failed';
 
 /**
  * What the POST /track path counts, as plain numbers: incrementing a field costs nothing, while a
@@ -36,6 +37,7 @@ export class TrackTally {
     payload_too_large: 0,
     unsupported_media_type: 0,
     broker_unavailable: 0,
+    delivery_failed: 0,
   };
 }
 
@@ -150,6 +152,31 @@ export function createWorkerMetrics(workerId: string) {
     aggregator: 'max',
     registers,
   });
+  let spillSource: () => number = () => 0;
+  new Gauge({
+    name: `${METRIC_PREFIX}spill_journal_bytes`,
+    help: 'Bytes in the spill journal: accepted points whose delivery failed, waiting for replay (SPILL_MAX_BYTES per worker).',
+    registers,
+    collect() {
+      this.set(spillSource());
+    },
+  });
+  const spilled = new Counter({
+    name: `${METRIC_PREFIX}points_spilled_total`,
+    help: 'Accepted points whose delivery failed and that were written to the spill journal.',
+    registers,
+  });
+  const spillReplayed = new Counter({
+    name: `${METRIC_PREFIX}points_replayed_total`,
+    help: 'Points from the spill journal that Kafka acknowledged on replay.',
+    registers,
+  });
+  const pointsLost = new Counter({
+    name: `${METRIC_PREFIX}points_lost_total`,
+    help: 'Accepted points that reached neither Kafka nor the spill journal, by reason (spill_full, spill_write_error). Should stay 0.',
+    labelNames: ['reason'] as const,
+    registers,
+  });
   const brokerUp = new Gauge({
     name: `${METRIC_PREFIX}kafka_brokers_up`,
     help: 'Brokers this worker holds an open connection to (summed over workers).',
@@ -195,6 +222,12 @@ export function createWorkerMetrics(workerId: string) {
     setQueueSource(source: () => { points: number; bytes: number }) {
       queueSource = source;
     },
+    setSpillSource(source: () => number) {
+      spillSource = source;
+    },
+    spilled,
+    spillReplayed,
+    pointsLost,
     queueFull,
     delivered,
     deliveryErrors,

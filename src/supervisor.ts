@@ -9,7 +9,7 @@
 //   stop all, exit 2/3         its producer, exits) ──all exited──▶ exit 0 (1 if a worker failed to flush)
 //                              └─ SHUTDOWN_TIMEOUT_MS + 5 s and still running ──▶ SIGKILL, exit 1
 import cluster, { type Worker } from 'node:cluster';
-import type { Config } from './config.js';
+import { WORKER_SLOT_ENV, type Config } from './config.js';
 import { EXIT, STARTUP_FAILURES } from './exit-codes.js';
 import { createLogger } from './log.js';
 import { serveClusterMetrics } from './metrics-ipc.js';
@@ -27,13 +27,16 @@ export function runPrimary(config: Config): void {
   serveClusterMetrics(metrics.registry);
 
   const listening = new Set<number>();
+  /** Worker id → slot: a replacement takes its predecessor's slot, and with it its spill journal. */
+  const slots = new Map<number, number>();
   const recentCrashes: number[] = [];
   let stopping = false;
   let failedShutdown = false;
   let announced = false;
 
-  const fork = (): Worker => {
-    const worker = cluster.fork();
+  const fork = (slot: number): Worker => {
+    const worker = cluster.fork({ [WORKER_SLOT_ENV]: String(slot) });
+    slots.set(worker.id, slot);
     metrics.workers.set(Object.keys(cluster.workers ?? {}).length);
     worker.on('message', (m: { type?: string }) => {
       if (m?.type !== WORKER_READY) return;
@@ -49,6 +52,8 @@ export function runPrimary(config: Config): void {
 
   cluster.on('exit', (worker, code, signal) => {
     const wasListening = listening.delete(worker.id);
+    const slot = slots.get(worker.id) ?? 0;
+    slots.delete(worker.id);
     metrics.workers.set(Object.keys(cluster.workers ?? {}).length);
     if (stopping) {
       if (code !== EXIT.OK) failedShutdown = true;
@@ -70,9 +75,9 @@ export function runPrimary(config: Config): void {
     while (recentCrashes.length > 0 && now - recentCrashes[0]! > CRASH_WINDOW_MS) recentCrashes.shift();
     const delay = Math.min(RESTART_MAX_MS, RESTART_BASE_MS * 2 ** (recentCrashes.length - 1));
     metrics.workerRestarts.inc();
-    log.error({ worker: worker.id, pid: worker.process.pid, code, signal, restartInMs: delay, crashesLastMinute: recentCrashes.length }, 'worker exited unexpectedly; replacing it');
+    log.error({ worker: worker.id, slot, pid: worker.process.pid, code, signal, restartInMs: delay, crashesLastMinute: recentCrashes.length }, 'worker exited unexpectedly; replacing it');
     setTimeout(() => {
-      if (!stopping) fork();
+      if (!stopping) fork(slot);
     }, delay);
   });
 
@@ -95,5 +100,5 @@ export function runPrimary(config: Config): void {
   process.on('SIGINT', () => shutdown('SIGINT'));
 
   log.info({ workers: config.workers }, 'starting workers');
-  for (let i = 0; i < config.workers; i++) fork();
+  for (let slot = 0; slot < config.workers; slot++) fork(slot);
 }

@@ -1,15 +1,20 @@
 // One worker process: a producer, an HTTP server, and the shutdown sequence.
 //
-//   start:    producer connects → HTTP server listens (at most 5 s later, ready or not) → tells the primary
-//   shutdown: stop listening → wait for bodies being read → producer.drain (refuses new points with
-//             500, flushes what it holds, bounded by SHUTDOWN_TIMEOUT_MS) → exit 0, or 4 if points
-//             were still unacknowledged at the deadline
+//   start:    spill journal opened (files of an earlier run found) → producer connects → HTTP server
+//             listens (at most 5 s later, ready or not) → tells the primary; the journal is replayed
+//             in the background whenever it holds points and Kafka is reachable
+//   shutdown: stop listening → wait for bodies being read → stop a replay → producer.drain (refuses
+//             new points with 500, flushes what it holds, bounded by SHUTDOWN_TIMEOUT_MS; failures go
+//             to the journal) → exit 0, or 4 if points were still unacknowledged at the deadline
+//   fatal producer error: the same shutdown, then exit 1 so that the primary starts a fresh worker
 import cluster from 'node:cluster';
 import { hostname } from 'node:os';
-import type { Config } from './config.js';
+import { workerSlot, type Config } from './config.js';
 import { EXIT } from './exit-codes.js';
 import { HttpServer } from './http/server.js';
-import { TrackProducer } from './kafka/producer.js';
+import { producerSettings, TrackProducer } from './kafka/producer.js';
+import { SpillJournal } from './kafka/spill-journal.js';
+import { SpillReplayer } from './kafka/spill-replay.js';
 import { createLogger } from './log.js';
 import { clusterMetricsClient } from './metrics-ipc.js';
 import { createWorkerMetrics } from './metrics.js';
@@ -28,14 +33,44 @@ export async function runWorker(config: Config): Promise<void> {
     process.exit(EXIT.CRASH);
   });
 
+  const slot = workerSlot();
+  let journal: SpillJournal;
+  try {
+    journal = new SpillJournal({
+      dir: config.spillDir,
+      slot,
+      slots: config.workers,
+      maxBytes: config.spillMaxBytes,
+      onCorrupt: (file, validBytes, fileBytes) =>
+        log.error({ file, validBytes, fileBytes }, 'spill journal file ends in a torn or corrupt record; replaying the records before it'),
+      onWriteError: (err, records) => {
+        log.error({ err: err.message, records }, 'spill journal write failed: these points are lost; POST /track answers 500 until writes succeed');
+        producer.journalWriteFailed(records);
+      },
+    });
+  } catch (err) {
+    log.fatal({ err: (err as Error).message }, 'cannot open the spill journal (check SPILL_DIR)');
+    process.exit(EXIT.CONFIG);
+  }
+  if (!journal.isEmpty) log.warn({ dir: config.spillDir, slot, bytes: journal.bytes }, 'spill journal holds points from an earlier run; replaying them once Kafka is reachable');
+
   let producer: TrackProducer;
   try {
-    producer = new TrackProducer(config, log, metrics, `track-ingest-${hostname()}-${workerId}`);
+    producer = new TrackProducer(config, log, metrics, journal, producerSettings(config, `track-ingest-${hostname()}-${workerId}`));
   } catch (err) {
     log.fatal({ err: (err as Error).message }, 'invalid Kafka producer setting (check MQ_OPT_* variables)');
     process.exit(EXIT.CONFIG);
   }
   producer.start();
+  const replayer = new SpillReplayer({
+    journal,
+    topic: config.topic,
+    settings: producer.settings,
+    log,
+    metrics,
+    brokerAvailable: () => producer.readiness().ready,
+  });
+  replayer.start();
 
   const server = new HttpServer({
     config,
@@ -48,24 +83,29 @@ export async function runWorker(config: Config): Promise<void> {
   });
 
   let stopping: Promise<void> | null = null;
-  const shutdown = (why: string) => {
+  const shutdown = (why: string, exitCode: number = EXIT.OK) => {
     stopping ??= (async () => {
       const deadline = Date.now() + config.shutdownTimeoutMs;
       log.info({ why }, 'worker shutting down');
       await server.stop(Math.min(2_000, config.shutdownTimeoutMs / 4));
+      await replayer.stop();
       const left = await producer.drain(Math.max(100, deadline - Date.now()));
+      // delivered mode: the last acknowledgements were answered just now; let the sockets take them.
+      await server.settled(Math.max(100, deadline - Date.now()));
       if (left > 0) {
         log.error({ unacknowledged: left, timeoutMs: config.shutdownTimeoutMs }, 'shutdown deadline reached with points not yet acknowledged by Kafka');
         process.exit(EXIT.UNFLUSHED);
       }
-      if (producer.failedPoints > 0) {
-        log.error({ failed: producer.failedPoints }, 'worker stopped; some accepted points failed delivery (see the earlier delivery errors)');
-      } else {
-        log.info('worker stopped; every accepted point was acknowledged by Kafka');
-      }
-      process.exit(EXIT.OK);
+      const failed = producer.failedPoints;
+      const accounting = { failed, spilled: producer.spilledPoints, lost: producer.lostPoints, journalBytes: journal.bytes };
+      if (config.ackMode === 'delivered') log.info(accounting, 'worker stopped; every request was answered after Kafka acknowledged or failed its points (failed ones: 500)');
+      else if (producer.lostPoints > 0) log.error(accounting, 'worker stopped; some accepted points failed delivery and could not be spilled (see the earlier errors)');
+      else if (failed > 0) log.warn(accounting, 'worker stopped; accepted points that failed delivery are in the spill journal and are replayed at the next start');
+      else log.info(accounting, 'worker stopped; every accepted point was acknowledged by Kafka');
+      process.exit(exitCode);
     })();
   };
+  producer.onFatal = () => shutdown('fatal producer error', EXIT.CRASH);
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));
   process.on('message', (m: { type?: string }) => {

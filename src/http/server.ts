@@ -5,9 +5,10 @@
 import uWS from 'uWebSockets.js';
 import type { Config } from '../config.js';
 import { errorBody, STATUS_LINE } from '../errors.js';
+import type { DeliveryTicket } from '../kafka/producer.js';
 import type { Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics.js';
-import { handleTrackBody, type PointSink, type TrackLimits, type TrackOutcome } from './track-body.js';
+import { deliveryFailed, handleTrackBody, type PointSink, type TrackLimits, type TrackOutcome } from './track-body.js';
 
 export interface ServerDeps {
   config: Config;
@@ -51,11 +52,15 @@ export class HttpServer {
   private listenSocket: uWS.us_listen_socket | null = null;
   /** Requests whose body is still being read: shutdown waits for them. */
   private bodiesInFlight = 0;
+  /** ACK_MODE=delivered: accepted requests waiting for Kafka's acknowledgements. */
+  private awaitingDelivery = 0;
+  private readonly delivered: boolean;
   /** While shutting down, every response closes its connection so keep-alive clients move on. */
   private draining = false;
 
   constructor(private readonly deps: ServerDeps) {
     const { config } = deps;
+    this.delivered = config.ackMode === 'delivered';
     this.limits = {
       maxBodyBytes: config.maxBodyBytes,
       maxPoints: config.maxPoints,
@@ -120,6 +125,12 @@ export class HttpServer {
     while (this.bodiesInFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
   }
 
+  /** ACK_MODE=delivered: waits (at most timeoutMs) until every accepted request has been answered. */
+  async settled(timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.awaitingDelivery > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  }
+
   // ---- POST /track: the hot path ------------------------------------------------------------
 
   private onTrack(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
@@ -142,8 +153,10 @@ export class HttpServer {
     let parts: Buffer[] | null = null;
     let received = 0;
     let done = false;
+    let aborted = false;
     this.bodiesInFlight++;
     res.onAborted(() => {
+      aborted = true;
       if (done) return;
       done = true;
       this.bodiesInFlight--;
@@ -171,7 +184,27 @@ export class HttpServer {
         body = Buffer.concat(parts, received);
       }
       this.tally.bytes += received;
-      this.finishTrack(res, started, handleTrackBody(body, gzipped, this.limits, this.deps.producer), KEEP_READING);
+      if (!this.delivered) {
+        this.finishTrack(res, started, handleTrackBody(body, gzipped, this.limits, this.deps.producer), KEEP_READING);
+        return;
+      }
+      // ACK_MODE=delivered: answer once Kafka acknowledged (or failed) every point of the request.
+      let outcome: TrackOutcome | null = null;
+      const ticket: DeliveryTicket = {
+        remaining: 0,
+        failed: 0,
+        firstError: '',
+        settle: (t) => {
+          if (outcome === null || !outcome.awaitingDelivery) return; // already answered (produce failed midway)
+          this.awaitingDelivery--;
+          const answer = t.failed === 0 ? outcome : deliveryFailed(t, outcome.points);
+          if (aborted) this.count(started, answer); // the client left; the points were still sent
+          else this.finishTrack(res, started, answer, KEEP_READING);
+        },
+      };
+      outcome = handleTrackBody(body, gzipped, this.limits, this.deps.producer, ticket);
+      if (outcome.awaitingDelivery) this.awaitingDelivery++;
+      else this.finishTrack(res, started, outcome, KEEP_READING);
     });
   }
 
@@ -181,13 +214,6 @@ export class HttpServer {
 
 
   private finishTrack(res: uWS.HttpResponse, started: number, outcome: TrackOutcome, stopReading: boolean): void {
-    const { tally, duration, requestPoints } = this.deps.metrics.track;
-    if (outcome.status === 202) {
-      tally.points += outcome.points;
-      if (outcome.points > 0) requestPoints.observe(outcome.points);
-    } else if (outcome.reason !== undefined) {
-      tally.rejected[outcome.reason] += outcome.points;
-    }
     if (stopReading) {
       // The rest of the body is not wanted. Closing the socket now would make the kernel answer the
       // unread bytes with a TCP RST, which can destroy the response before the client reads it.
@@ -201,6 +227,17 @@ export class HttpServer {
       if (stopReading) res.writeHeader('connection', 'close');
       res.end(outcome.body, this.draining);
     });
+    this.count(started, outcome);
+  }
+
+  private count(started: number, outcome: TrackOutcome): void {
+    const { tally, duration, requestPoints } = this.deps.metrics.track;
+    if (outcome.status === 202) {
+      tally.points += outcome.points;
+      if (outcome.points > 0) requestPoints.observe(outcome.points);
+    } else if (outcome.reason !== undefined) {
+      tally.rejected[outcome.reason] += outcome.points;
+    }
     tally.byStatus[outcome.status]++;
     duration.observe((performance.now() - started) / 1000);
   }

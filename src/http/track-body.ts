@@ -6,7 +6,7 @@
 import { isUtf8 } from 'node:buffer';
 import { gunzipSync } from 'node:zlib';
 import { errorBody, type ErrorCode } from '../errors.js';
-import type { Refusal } from '../kafka/producer.js';
+import type { DeliveryTicket, Refusal } from '../kafka/producer.js';
 import type { RejectReason } from '../metrics.js';
 import { encodePoints, type EncodedPoints } from '../track-point/encode.js';
 import { validatePoints } from '../track-point/schema.js';
@@ -19,14 +19,16 @@ export interface TrackOutcome {
   /** Points taken (202) or refused (with the reason), for metrics. */
   points: number;
   reason?: RejectReason;
+  /** ACK_MODE=delivered: the points are queued; the answer waits for the ticket to settle. */
+  awaitingDelivery?: boolean;
 }
 
 /** What the track body needs from the producer. */
 export interface PointSink {
   /** Why nothing could be taken now (checked before parsing), or null. */
   admission(): Refusal | null;
-  /** Takes all points or none; null when taken. */
-  tryEnqueue(batch: EncodedPoints): Refusal | null;
+  /** Takes all points or none; null when taken. With a ticket, every point reports back to it. */
+  tryEnqueue(batch: EncodedPoints, ticket: DeliveryTicket | null): Refusal | null;
 }
 
 export interface TrackLimits {
@@ -42,7 +44,8 @@ function refuse(status: number, code: ErrorCode, message: string, points = 0): T
   return { status, body: errorBody(code, message), points, reason: code as RejectReason };
 }
 
-export function handleTrackBody(raw: Uint8Array, gzipped: boolean, limits: TrackLimits, sink: PointSink): TrackOutcome {
+/** ticket: null in ACK_MODE=async; in delivered mode, the request's ticket for tryEnqueue. */
+export function handleTrackBody(raw: Uint8Array, gzipped: boolean, limits: TrackLimits, sink: PointSink, ticket: DeliveryTicket | null = null): TrackOutcome {
   const early = sink.admission();
   if (early !== null) return brokerUnavailable(early, limits, 0);
 
@@ -91,12 +94,18 @@ export function handleTrackBody(raw: Uint8Array, gzipped: boolean, limits: Track
   }
 
   const batch = encodePoints(result.points);
-  const refusal = sink.tryEnqueue(batch);
-  if (refusal === null) return { status: 202, body: '{"accepted":' + count + '}', points: count };
+  const refusal = sink.tryEnqueue(batch, ticket);
+  if (refusal === null) return { status: 202, body: '{"accepted":' + count + '}', points: count, awaitingDelivery: ticket !== null };
   if (refusal === 'message_too_large') {
     return refuse(413, 'payload_too_large', `a track point encodes to ${batch.largestValue} bytes, above the Kafka message size limit`, count);
   }
   return brokerUnavailable(refusal, limits, count);
+}
+
+/** ACK_MODE=delivered: the answer once some points of an accepted request were not acknowledged. */
+export function deliveryFailed(ticket: DeliveryTicket, count: number): TrackOutcome {
+  const message = `${ticket.failed} of ${count} track points were not acknowledged by Kafka (${ticket.firstError}); resend the whole request`;
+  return { ...refuse(500, 'delivery_failed', message, count), retryAfter: 1 };
 }
 
 function brokerUnavailable(refusal: Refusal, limits: TrackLimits, points: number): TrackOutcome {
@@ -112,6 +121,7 @@ function refusalMessage(refusal: Refusal, limits: TrackLimits): string {
     case 'queue_full': return 'the producer queue is full (Kafka is slower than the incoming points); nothing from this request was accepted';
     case 'produce_failed': return 'the Kafka producer refused the points; resend the whole request';
     case 'shutting_down': return 'this worker is shutting down; nothing from this request was accepted';
+    case 'spill_full': return 'the spill journal for points Kafka could not take is full or cannot be written (SPILL_MAX_BYTES); nothing from this request was accepted';
     case 'message_too_large': return 'a track point is larger than the Kafka message size limit';
   }
 }

@@ -15,12 +15,21 @@
 // points/s per worker, most requests answered 500). With delivery.report.only.error=true only
 // failures come back as reports; the depth of the queue is librdkafka's own `msg_cnt`/`msg_size`
 // (statistics every 100 ms) plus what was enqueued since those statistics were read.
+//
+// A failure report carries the message (dr_msg_cb), and in ACK_MODE=async the point goes to the spill
+// journal, to be replayed (spill-replay.ts): a 202 is never silently lost. Admission keeps room for
+// that: a request is refused once the journal could not take the whole producer queue as well.
+//
+// ACK_MODE=delivered is the exception to "reports only for failures": every message carries its
+// request's DeliveryTicket (opaque) and reports back, and the request is answered when all did.
+// Capped by node-rdkafka's report rate above, it is the slower, end-to-end mode.
 import Kafka from 'node-rdkafka';
-import type { Config } from '../config.js';
+import { SPILL_RECORD_OVERHEAD_BYTES, spillReserveBytes, type Config } from '../config.js';
 import { Throttled, type Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics.js';
 import type { EncodedPoints } from '../track-point/encode.js';
 import { CONTAINER_ID_MAX_LENGTH } from '../track-point/schema.js';
+import type { SpillJournal } from './spill-journal.js';
 
 export type Refusal =
   | 'connecting'
@@ -30,7 +39,20 @@ export type Refusal =
   | 'queue_full'
   | 'message_too_large'
   | 'produce_failed'
+  | 'spill_full'
   | 'shutting_down';
+
+/**
+ * ACK_MODE=delivered: one per request. The producer counts its points down as Kafka reports them and
+ * calls settle() once, when the last one reported; `failed` says how many were not acknowledged.
+ */
+export interface DeliveryTicket {
+  remaining: number;
+  failed: number;
+  /** librdkafka's name for the first failure, e.g. ERR__MSG_TIMED_OUT. */
+  firstError: string;
+  settle(ticket: DeliveryTicket): void;
+}
 
 /** librdkafka's default `message.max.bytes`; overridable through MQ_OPT_MESSAGE_MAX_BYTES. */
 const DEFAULT_MESSAGE_MAX_BYTES = 1_000_000;
@@ -61,9 +83,11 @@ export function producerSettings(config: Config, clientId: string): { global: Ka
     'queue.buffering.max.kbytes': Math.min(librdKbytes, 2_147_483_647),
     'statistics.interval.ms': STATS_INTERVAL_MS,
     'socket.keepalive.enable': true,
-    // Reports only for failed messages (see the top of this file); node-rdkafka still needs dr_cb.
-    dr_cb: true,
-    'delivery.report.only.error': true,
+    ...(config.ackMode === 'async'
+      ? // Reports only for failed messages (see the top of this file), with the message to spill.
+        { dr_msg_cb: true, 'delivery.report.only.error': true }
+      : // A report per message; a request waits for Kafka at most DELIVERY_TIMEOUT_MS.
+        { dr_cb: true, 'delivery.report.only.error': false, 'message.timeout.ms': config.deliveryTimeoutMs }),
     // librdkafka accepts topic-level properties here too and applies them to every topic.
     ...(config.producerOptions as Kafka.ProducerGlobalConfig),
   };
@@ -103,6 +127,8 @@ export class TrackProducer {
   private readonly maxBytes: number;
   private readonly messageMaxBytes: number;
   private readonly graceMs: number;
+  private readonly spillReserve: number;
+  private readonly spillMustKeep: boolean;
 
   private connected = false;
   private fatal = false;
@@ -122,7 +148,11 @@ export class TrackProducer {
   private enqueuedAtStats = 0;
   private enqueuedBytesAtStats = 0;
   private failed = 0;
+  private spilled = 0;
+  private lost = 0;
   private deliveredReported = 0;
+  /** Called once on a fatal producer error: the worker ends so that a fresh one replaces it. */
+  onFatal: (() => void) | null = null;
   private readonly retriesSeen = new Map<string, number>();
   private readonly deliveryFailures: Throttled;
   private readonly connectFailures: Throttled;
@@ -135,13 +165,16 @@ export class TrackProducer {
     private readonly config: Config,
     private readonly log: Logger,
     private readonly metrics: WorkerMetrics,
-    clientId: string,
+    private readonly journal: SpillJournal,
+    readonly settings: ReturnType<typeof producerSettings>,
   ) {
     this.topic = config.topic;
     this.maxPoints = config.queueMaxPoints;
     this.maxBytes = config.queueMaxBytes;
     this.graceMs = config.brokerDownGraceMs;
-    const settings = producerSettings(config, clientId);
+    this.spillReserve = spillReserveBytes(config);
+    // In delivered mode a failed point is answered 500, not spilled: the journal only holds the past.
+    this.spillMustKeep = config.ackMode === 'async';
     this.messageMaxBytes = Number(settings.global['message.max.bytes'] ?? DEFAULT_MESSAGE_MAX_BYTES);
     // Throws on an unknown or invalid property: the worker reports it as a configuration error.
     this.producer = new Kafka.Producer(settings.global, settings.topic);
@@ -149,6 +182,7 @@ export class TrackProducer {
     this.connectFailures = new Throttled(log, 'warn', 'cannot connect to kafka; retrying');
     this.brokerErrors = new Throttled(log, 'warn', 'kafka client error');
     metrics.setQueueSource(() => ({ points: this.queuedPoints, bytes: this.queuedBytes }));
+    metrics.setSpillSource(() => journal.bytes);
     this.producer.on('delivery-report', (err, report) => this.onDelivery(err, report));
     this.producer.on('event.error', (err) => this.onError(err));
     this.producer.on('event.stats', (event: { message: string }) => this.onStats(event.message));
@@ -167,6 +201,15 @@ export class TrackProducer {
   /** Accepted points whose delivery failed (timed out, fatal error): each was reported and logged. */
   get failedPoints(): number {
     return this.failed;
+  }
+
+  /** Of those, the points kept in the spill journal, and those it could not take. */
+  get spilledPoints(): number {
+    return this.spilled;
+  }
+
+  get lostPoints(): number {
+    return this.lost;
   }
 
   get queuedBytes(): number {
@@ -196,6 +239,10 @@ export class TrackProducer {
     if (!this.connected) return { ready: false, reason: `not connected to ${this.config.brokers}` };
     if (this.brokersUp === 0) return { ready: false, reason: 'no broker reachable' };
     if (!this.topicReady) return { ready: false, reason: `topic ${this.topic} unknown or without leaders` };
+    if (this.journal.writeFailure !== null) return { ready: false, reason: this.journal.writeFailure.message };
+    if (this.spillMustKeep && this.journal.bytes + this.spillReserve > this.journal.capacity) {
+      return { ready: false, reason: `spill journal full: ${this.journal.bytes} of ${this.journal.capacity} bytes (SPILL_MAX_BYTES) hold points waiting for Kafka` };
+    }
     return { ready: true, reason: 'ok' };
   }
 
@@ -210,7 +257,19 @@ export class TrackProducer {
       this.metrics.queueFull.inc();
       return 'queue_full';
     }
+    if (this.spillMustKeep && !this.spillHasRoomFor(0, 0)) return 'spill_full';
     return null;
+  }
+
+  /**
+   * Whether the journal could still take every queued point plus these, should all of them fail:
+   * a 202 is only given to points that are sure to end up in Kafka or in the journal.
+   */
+  private spillHasRoomFor(points: number, bytes: number): boolean {
+    const journal = this.journal;
+    if (journal.writeFailure !== null) return false;
+    const atRisk = this.queuedBytes + bytes + SPILL_RECORD_OVERHEAD_BYTES * (this.queuedPoints + points);
+    return journal.bytes + atRisk <= journal.capacity;
   }
 
   /**
@@ -227,13 +286,14 @@ export class TrackProducer {
    * throw midway, the request is answered 500, the points already queued are delivered, and a client
    * retry duplicates them: never a loss. Both cases are logged and counted as delivery errors.
    */
-  tryEnqueue(batch: EncodedPoints): Refusal | null {
+  tryEnqueue(batch: EncodedPoints, ticket: DeliveryTicket | null = null): Refusal | null {
     if (this.refusal !== null) return this.refusal;
     if (this.queuedPoints + batch.count > this.maxPoints || this.queuedBytes + batch.bytes > this.maxBytes) {
       this.metrics.queueFull.inc();
       return 'queue_full';
     }
     if (batch.largestValue > this.messageMaxBytes) return 'message_too_large';
+    if (this.spillMustKeep && !this.spillHasRoomFor(batch.count, batch.bytes)) return 'spill_full';
 
     // The Kafka timestamp is the time of acceptance, not the device clock (decisions): a device
     // clock hours ahead would make the broker reject the whole batch.
@@ -242,8 +302,15 @@ export class TrackProducer {
     const topic = this.topic;
     let i = 0;
     try {
-      for (; i < count; i++) this.producer.produce(topic, null, values[i]!, keys[i], now);
+      if (ticket === null) {
+        for (; i < count; i++) this.producer.produce(topic, null, values[i]!, keys[i], now);
+      } else {
+        ticket.remaining = count;
+        for (; i < count; i++) this.producer.produce(topic, null, values[i]!, keys[i], now, ticket);
+      }
     } catch (err) {
+      // Only the points already queued will report: the request is answered 500 now, not by settle().
+      if (ticket !== null) ticket.remaining = i;
       this.enqueued += i;
       this.enqueuedBytes += i === 0 ? 0 : batch.bytes; // an over-count only makes the limit stricter
       if (i > 0) {
@@ -281,6 +348,12 @@ export class TrackProducer {
     // Failure reports of the last messages reach JavaScript through the poll loop; give it a turn.
     await new Promise((r) => setTimeout(r, POLL_INTERVAL_MS * 2));
     this.deliveryFailures.flush();
+    // What failed is in the journal's write buffer: on disk before the process exits.
+    try {
+      this.journal.close();
+    } catch (err) {
+      this.log.error({ err }, 'cannot write the spill journal on shutdown');
+    }
     await new Promise<void>((resolve) => {
       if (!this.connected) return resolve();
       this.producer.disconnect(Math.max(1000, deadline - Date.now()), () => resolve());
@@ -331,19 +404,58 @@ export class TrackProducer {
     }, 2_000).unref();
   }
 
-  /** Only failures arrive here (delivery.report.only.error). */
+  /** async mode: only failures arrive here. delivered mode: every message, with its ticket. */
   private onDelivery(err: Kafka.LibrdKafkaError | null, report: Kafka.DeliveryReport): void {
-    if (!err) return;
-    this.failed++;
-    this.metrics.deliveryErrors.labels(codeName(err.code)).inc();
-    this.deliveryFailures.report({ code: codeName(err.code), message: err.message, partition: report.partition });
+    const ticket = report.opaque as DeliveryTicket | undefined;
+    if (err) {
+      const code = codeName(err.code);
+      this.failed++;
+      this.metrics.deliveryErrors.labels(code).inc();
+      if (ticket !== undefined) {
+        // The client hears 500 and resends: not spilled, or it would arrive twice.
+        if (ticket.failed++ === 0) ticket.firstError = code;
+        this.deliveryFailures.report({ code, message: err.message, partition: report.partition, answered: 500 });
+      } else {
+        this.deliveryFailures.report({ code, message: err.message, partition: report.partition, spilled: this.spill(report) });
+      }
+    }
+    if (ticket !== undefined && --ticket.remaining === 0) ticket.settle(ticket);
+  }
+
+  /** Keeps a point that failed after its 202 in the journal; false when it could not. */
+  private spill(report: Kafka.DeliveryReport): boolean {
+    const key = typeof report.key === 'string' ? Buffer.from(report.key) : report.key;
+    const value = report.value;
+    if (key != null && value != null) {
+      try {
+        if (this.journal.append(key, value, report.timestamp ?? Date.now())) {
+          this.spilled++;
+          this.metrics.spilled.inc();
+          return true;
+        }
+      } catch (err) {
+        this.log.error({ err }, 'spill journal write failed');
+      }
+    }
+    this.lost++;
+    this.metrics.pointsLost.labels(this.journal.writeFailure !== null ? 'spill_write_error' : 'spill_full').inc();
+    return false;
+  }
+
+  /** The journal lost a batch it could not write (the disk refused). */
+  journalWriteFailed(records: number): void {
+    this.spilled -= records;
+    this.lost += records;
+    this.metrics.pointsLost.labels('spill_write_error').inc(records);
+    this.updateRefusal();
   }
 
   private onError(err: Kafka.LibrdKafkaError): void {
     if (err.isFatal) {
       this.fatal = true;
-      this.log.fatal({ err }, 'fatal kafka producer error: this worker stops taking points');
+      this.log.fatal({ err }, 'fatal kafka producer error: this worker stops taking points, spills what it holds and is replaced');
       this.updateRefusal();
+      this.onFatal?.();
       return;
     }
     if (err.code === Kafka.CODES.ERRORS.ERR__ALL_BROKERS_DOWN) {

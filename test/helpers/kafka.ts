@@ -9,22 +9,42 @@ export function uniqueTopic(name: string): string {
   return `test.${name}.${randomUUID().slice(0, 8)}`;
 }
 
-function admin() {
-  return Kafka.AdminClient.create({ 'metadata.broker.list': BROKERS, 'client.id': 'tests' });
+function admin(brokers = BROKERS) {
+  return Kafka.AdminClient.create({ 'metadata.broker.list': brokers, 'client.id': 'tests' });
 }
 
-export async function createTopic(topic: string, partitions = 6, replicationFactor = 1): Promise<string> {
-  const client = admin();
+export async function createTopic(
+  topic: string,
+  partitions = 6,
+  replicationFactor = 1,
+  opts: { brokers?: string; config?: Record<string, string> } = {},
+): Promise<string> {
+  const brokers = opts.brokers ?? BROKERS;
+  const client = admin(brokers);
   try {
     await new Promise<void>((resolve, reject) =>
-      client.createTopic({ topic, num_partitions: partitions, replication_factor: replicationFactor }, 15_000, (err) =>
-        err ? reject(new Error(`cannot create topic ${topic} on ${BROKERS}: ${err.message}`)) : resolve(),
+      client.createTopic({ topic, num_partitions: partitions, replication_factor: replicationFactor, config: opts.config ?? {} }, 15_000, (err) =>
+        err ? reject(new Error(`cannot create topic ${topic} on ${brokers}: ${err.message}`)) : resolve(),
       ),
     );
   } finally {
     client.disconnect();
   }
   return topic;
+}
+
+/** The node id of the leader of one partition (-1 while it has none). */
+export async function leaderOf(topic: string, partition: number, brokers = BROKERS): Promise<number> {
+  const producer = new Kafka.Producer({ 'metadata.broker.list': brokers, 'client.id': 'tests-metadata' });
+  await new Promise<void>((resolve, reject) => producer.connect({ timeout: 15_000 }, (err) => (err ? reject(err) : resolve())));
+  try {
+    const metadata = await new Promise<Kafka.Metadata>((resolve, reject) =>
+      producer.getMetadata({ topic, timeout: 10_000 }, (err, m) => (err ? reject(err) : resolve(m))),
+    );
+    return metadata.topics.find((t) => t.name === topic)?.partitions.find((p) => p.id === partition)?.leader ?? -1;
+  } finally {
+    await new Promise<void>((resolve) => producer.disconnect(() => resolve()));
+  }
 }
 
 export async function deleteTopic(topic: string): Promise<void> {

@@ -1,6 +1,9 @@
 // Starts the built service (dist/src/main.js) as a real process tree, primary and workers, on a free
 // port, the way `make run` does; the tests talk to it over HTTP and stop it when they are done.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { request } from 'node:http';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
@@ -23,6 +26,11 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/** A fresh, empty spill directory. */
+export function spillDir(): string {
+  return mkdtempSync(join(tmpdir(), 'ingest-spill-'));
+}
+
 export interface Service {
   url: string;
   port: number;
@@ -43,7 +51,8 @@ export interface StartOptions {
 export async function startService(env: Record<string, string>, opts: StartOptions = {}): Promise<Service> {
   const port = env.LISTEN_ADDR === undefined ? await freePort() : Number(env.LISTEN_ADDR.split(':').pop());
   const proc = spawn(process.execPath, [MAIN], {
-    env: { ...process.env, MQ_BROKERS: BROKERS, LISTEN_ADDR: `127.0.0.1:${port}`, WORKERS: '1', LOG_LEVEL: 'info', ...env },
+    // A spill directory of its own unless the test gives one (to restart a service on the same journal).
+    env: { ...process.env, MQ_BROKERS: BROKERS, LISTEN_ADDR: `127.0.0.1:${port}`, WORKERS: '1', LOG_LEVEL: 'info', SPILL_DIR: spillDir(), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   running.add(proc);
@@ -121,4 +130,25 @@ export function postFresh(url: string, body: unknown): Promise<number> {
     req.on('error', reject);
     req.end(JSON.stringify(body));
   });
+}
+
+/** The value of one series in Prometheus text (the first line that names exactly it). */
+export function metricValue(text: string, series: string): number | undefined {
+  const line = text.split('\n').find((l) => l.startsWith(series + ' '));
+  return line === undefined ? undefined : Number(line.slice(series.length + 1));
+}
+
+/** One series from the service's /metrics (all workers, aggregated by the primary). */
+export async function metric(url: string, series: string): Promise<number | undefined> {
+  return metricValue(await (await fetch(`${url}/metrics`)).text(), series);
+}
+
+/** Polls fn until it says true; returns how long that took, or throws naming what it waited for. */
+export async function until(what: string, fn: () => Promise<boolean>, timeoutMs = 30_000): Promise<number> {
+  const start = Date.now();
+  while (Date.now() - start < timeoutMs) {
+    if (await fn().catch(() => false)) return Date.now() - start;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
 }

@@ -2,7 +2,7 @@
 // started the way the image starts it: `node dist/src/main.js` as an unprivileged user.
 // It compiles librdkafka (minutes), so it runs when RUN_IMAGE_BUILD_TEST=1: in CI and `make test-image`.
 import { execFileSync, spawn } from 'node:child_process';
-import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -23,9 +23,13 @@ describe.runIf(enabled)('scripts/image-build.sh', () => {
       expect(execFileSync('ls', [join(out, 'node_modules')]).toString()).not.toMatch(/^vitest$/m); // dev dependencies pruned
       const port = await freePort();
       const asUser = process.getuid?.() === 0 ? ['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups'] : [];
+      // The image's volume for the spill journal, owned by the service's user as the Dockerfile does.
+      const spill = join(dir, 'spill');
+      mkdirSync(spill);
+      if (asUser.length > 0) chownSync(spill, 65534, 65534);
       const proc = spawn(asUser[0] ?? process.execPath, [...asUser.slice(1), ...(asUser.length ? [process.execPath] : []), 'dist/src/main.js'], {
         cwd: out,
-        env: { ...process.env, MQ_BROKERS: BROKERS, LISTEN_ADDR: `127.0.0.1:${port}`, WORKERS: '1' },
+        env: { ...process.env, MQ_BROKERS: BROKERS, LISTEN_ADDR: `127.0.0.1:${port}`, WORKERS: '1', SPILL_DIR: spill },
         stdio: 'inherit',
       });
       try {

@@ -4,7 +4,7 @@ import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BROKERS, consumeAll, createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
-import { point, postFresh, postTrack, startService, type Service } from '../helpers/service.js';
+import { metricValue, point, postFresh, postTrack, startService, until, type Service } from '../helpers/service.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
 let topic: string;
@@ -16,18 +16,6 @@ afterAll(async () => {
   await deleteTopic(topic);
 });
 
-const metricValue = (text: string, series: string) => {
-  const line = text.split('\n').find((l) => l.startsWith(series + ' '));
-  return line === undefined ? undefined : Number(line.slice(series.length + 1));
-};
-async function until(what: string, fn: () => Promise<boolean>, timeoutMs = 30_000): Promise<number> {
-  const start = Date.now();
-  while (Date.now() - start < timeoutMs) {
-    if (await fn().catch(() => false)) return Date.now() - start;
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-}
 
 describe('GET /metrics with WORKERS=2', () => {
   let svc: Service;

@@ -1,0 +1,82 @@
+// Issue 3, test 5: a service started on a non-empty spill journal replays it to Kafka, in order and
+// with the original timestamps, and empties it; and ACK_MODE=delivered answers only after Kafka has
+// the points.
+import { readdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SpillJournal } from '../../src/kafka/spill-journal.js';
+import { consumeAll, createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
+import { metric, point, postTrack, spillDir, startService, until } from '../helpers/service.js';
+
+const topic = uniqueTopic('spill');
+beforeAll(async () => {
+  await createTopic(topic);
+});
+afterAll(async () => {
+  await deleteTopic(topic);
+});
+
+describe('spill journal replay', () => {
+  it('replays the journals of an earlier run at start, in order, and empties them', async () => {
+    const dir = spillDir();
+    // What a crashed two-worker run left: slot 0 and slot 1, restarted with WORKERS=1 (slot 1 adopted).
+    const perSlot = 1500;
+    const written: string[] = [];
+    for (const slot of [0, 1]) {
+      const journal = new SpillJournal({ dir, slot, slots: 2, maxBytes: 64 * 1024 * 1024 });
+      for (let seq = 0; seq < perSlot; seq++) {
+        const container = `SPILL${slot}-${seq % 7}`;
+        const value = JSON.stringify({ ...point(container), speed: 0, seq });
+        journal.append(Buffer.from(container), Buffer.from(value), 1_700_000_000_000 + seq);
+        written.push(value);
+      }
+      journal.close();
+    }
+    expect(readdirSync(dir)).toHaveLength(2);
+
+    const svc = await startService({ MQ_TOPIC: topic, SPILL_DIR: dir, WORKERS: '1' });
+    try {
+      const ms = await until('the journal to be empty', async () => readdirSync(dir).length === 0 && (await metric(svc.url, 'ingest_spill_journal_bytes')) === 0);
+      const messages = await consumeAll(topic, { expected: written.length, timeoutMs: 30_000 });
+      const replayed = await metric(svc.url, 'ingest_points_replayed_total');
+      console.log(`journal replay at start: ${written.length} records in 2 files → ${messages.length} messages in Kafka, ingest_points_replayed_total ${replayed}, journal empty after ${ms} ms`);
+      expect(messages.map((m) => m.value).sort()).toEqual([...written].sort());
+      expect(replayed).toBe(written.length);
+      // Per container, the journal's order; each message keeps the timestamp it was accepted with.
+      for (const m of messages) expect(m.timestamp).toBe(1_700_000_000_000 + (JSON.parse(m.value) as { seq: number }).seq);
+      const byKey = new Map<string, number[]>();
+      for (const m of [...messages].sort((a, b) => a.partition - b.partition || a.offset - b.offset)) {
+        const seqs = byKey.get(m.key) ?? [];
+        seqs.push((JSON.parse(m.value) as { seq: number }).seq);
+        byKey.set(m.key, seqs);
+      }
+      for (const seqs of byKey.values()) expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
+      expect(svc.output.some((l) => l.includes('spill journal holds points from an earlier run'))).toBe(true);
+    } finally {
+      expect(await svc.stop()).toBe(0);
+    }
+  });
+
+  it('refuses to start when SPILL_DIR cannot be used, naming it', async () => {
+    const file = join(spillDir(), 'a-file');
+    writeFileSync(file, 'not a directory');
+    await expect(startService({ MQ_TOPIC: topic, SPILL_DIR: join(file, 'spill') })).rejects.toThrow(/exited with 2[\s\S]*a-file\/spill \(SPILL_DIR\)/);
+  });
+});
+
+describe('ACK_MODE=delivered', () => {
+  it('answers 202 only once Kafka holds every point of the request', async () => {
+    const svc = await startService({ MQ_TOPIC: topic, ACK_MODE: 'delivered', WORKERS: '1' });
+    try {
+      const points = Array.from({ length: 50 }, (_, i) => point(`DELIVERED-${i % 5}`, { speed: i }));
+      const res = await postTrack(svc.url, points);
+      expect(res.status).toBe(202);
+      expect(res.json).toEqual({ accepted: 50 });
+      // Already there: a consumer started after the answer finds all of them at once.
+      const messages = (await consumeAll(topic, { expected: 0, timeoutMs: 10_000, idleMs: 1_000 })).filter((m) => m.key.startsWith('DELIVERED-'));
+      expect(messages).toHaveLength(50);
+    } finally {
+      expect(await svc.stop()).toBe(0);
+    }
+  });
+});
