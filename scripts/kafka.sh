@@ -8,6 +8,7 @@
 #   scripts/kafka.sh status
 #   scripts/kafka.sh topic NAME [PARTITIONS] [--cluster]     create if missing, then describe
 #   scripts/kafka.sh consume [TOPIC] [--cluster]             print key, partition, value from the start
+#   scripts/kafka.sh topic-config NAME KEY=VALUE [--cluster]  change a topic setting (fault tests)
 #   scripts/kafka.sh kill-node N | stop-node N | start-node N  cluster fault injection (kill -9 / stop / restart)
 #   scripts/kafka.sh fetch                                    only download the jars
 #
@@ -270,6 +271,10 @@ case $cmd in
       --topic "${args[0]:-$TOPIC_DEFAULT}" --from-beginning --timeout-ms "${KAFKA_CONSUME_TIMEOUT_MS:-5000}" \
       --property print.key=true --property print.partition=true --property print.timestamp=true \
       2> >(grep -v -e 'TimeoutException' -e 'Error processing message, terminating consumer' >&2) ;;
+  topic-config)
+    fetch; write_log4j
+    tool kafka.admin.ConfigCommand --bootstrap-server "$(bootstrap)" --entity-type topics \
+      --entity-name "${args[0]:?topic name}" --alter --add-config "${args[1]:?KEY=VALUE}" ;;
   kill-node) stop_node "node${args[0]:?node number 1-3}" KILL ;;
   stop-node) stop_node "node${args[0]:?node number 1-3}" TERM ;;
   start-node)

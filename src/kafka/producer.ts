@@ -160,6 +160,8 @@ export class TrackProducer {
   private graceTimer: NodeJS.Timeout | null = null;
   private readonly acceptingWaiters = new Set<() => void>();
   private metadataTimer: NodeJS.Timeout | null = null;
+  private probeTimer: NodeJS.Timeout | null = null;
+  private probing = false;
 
   constructor(
     private readonly config: Config,
@@ -335,6 +337,7 @@ export class TrackProducer {
     this.updateRefusal();
     if (this.graceTimer !== null) clearTimeout(this.graceTimer);
     if (this.metadataTimer !== null) clearTimeout(this.metadataTimer);
+    this.stopProbing();
     const deadline = Date.now() + timeoutMs;
     // librdkafka's flush succeeds once its queue is empty: every message acknowledged or failed.
     // Until a flush has said so, count at least one point as outstanding (our count may lag by 100 ms).
@@ -508,12 +511,46 @@ export class TrackProducer {
     // connecting, the topic appears before its metadata does.
     const partitions = Object.values(topic?.partitions ?? {}).filter((p) => p.partition >= 0);
     if (partitions.length > 0) this.topicReady = partitions.some((p) => p.leader >= 0);
-    if (up > 0) this.downSince = null;
-    else this.markDown();
+    if (up > 0) {
+      this.downSince = null;
+      this.stopProbing();
+    } else {
+      this.markDown();
+    }
     this.updateRefusal();
   }
 
+  /**
+   * While no broker is up, ask for metadata every second. librdkafka connects only to brokers it
+   * has work for, and a worker that refuses every request gives it none: without this, a worker
+   * could stay "broker down" long after the cluster came back (seen after a full-cluster outage:
+   * one of two workers answered 500 for minutes while the other served).
+   */
+  private startProbing(): void {
+    if (this.probeTimer !== null || this.stopping) return;
+    this.probeTimer = setInterval(() => {
+      if (this.probing || !this.connected) return;
+      this.probing = true;
+      this.producer.getMetadata({ topic: this.topic, timeout: 2_000 }, (err, metadata) => {
+        this.probing = false;
+        if (err || this.probeTimer === null) return;
+        this.downSince = null;
+        this.brokersUp = Math.max(1, this.brokersUp);
+        this.topicReady = hasLeaders(metadata.topics.find((t) => t.name === this.topic));
+        this.stopProbing();
+        this.updateRefusal();
+      });
+    }, 1_000);
+    this.probeTimer.unref();
+  }
+
+  private stopProbing(): void {
+    if (this.probeTimer !== null) clearInterval(this.probeTimer);
+    this.probeTimer = null;
+  }
+
   private markDown(): void {
+    this.startProbing();
     if (this.downSince === null) {
       this.downSince = Date.now();
       // Re-evaluate when the grace period ends even if no further event arrives.

@@ -14,6 +14,8 @@ import type { SpillJournal, SpillRecord } from './spill-journal.js';
 
 /** How often an idle worker looks whether its journal holds something and the broker is back. */
 export const SPILL_REPLAY_CHECK_MS = 1_000;
+/** After a replay in which Kafka took nothing (it refuses these points), wait longer, up to this. */
+const REPLAY_BACKOFF_MAX_MS = 10_000;
 const CONNECT_TIMEOUT_MS = 10_000;
 
 export interface ReplayDeps {
@@ -31,6 +33,9 @@ export class SpillReplayer {
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
   private stopping = false;
+  /** No replay before this time (ms epoch): backing off while Kafka refuses the journal's points. */
+  private notBefore = 0;
+  private backoffMs = SPILL_REPLAY_CHECK_MS;
 
   constructor(private readonly deps: ReplayDeps) {}
 
@@ -54,7 +59,7 @@ export class SpillReplayer {
   }
 
   private tick(): void {
-    if (this.running !== null || this.stopping || this.deps.journal.isEmpty || !this.deps.brokerAvailable()) return;
+    if (this.running !== null || this.stopping || this.deps.journal.isEmpty || Date.now() < this.notBefore || !this.deps.brokerAvailable()) return;
     this.running = this.replayAll()
       .catch((err: unknown) => this.deps.log.error({ err }, 'spill journal replay failed; retrying later'))
       .finally(() => {
@@ -96,6 +101,14 @@ export class SpillReplayer {
     } finally {
       await new Promise<void>((resolve) => producer.disconnect(5_000, () => resolve()));
       metrics.spillReplayed.inc(progress.delivered);
+      // A replay that delivered nothing while records failed again (a topic that refuses them, an
+      // authorization error): retry later and later, not every second.
+      if (progress.delivered === 0 && progress.reported > 0) {
+        this.notBefore = Date.now() + this.backoffMs;
+        this.backoffMs = Math.min(REPLAY_BACKOFF_MAX_MS, this.backoffMs * 2);
+      } else {
+        this.backoffMs = SPILL_REPLAY_CHECK_MS;
+      }
       if (progress.lost > 0) metrics.pointsLost.labels('spill_full').inc(progress.lost);
       journal.flush();
       const level = progress.lost > 0 ? 'error' : progress.respilled > 0 ? 'warn' : 'info';

@@ -52,6 +52,8 @@ export class AccountedLoad {
   private loops: Promise<void>[] = [];
   private readonly opts: Required<LoadOptions>;
   private readonly agent: Agent;
+  /** Connection errors by code (ECONNRESET, ECONNREFUSED...). */
+  readonly errorCodes: Record<string, number> = {};
 
   constructor(
     private readonly url: string,
@@ -110,7 +112,10 @@ export class AccountedLoad {
         req.destroy();
         resolve(-1);
       });
-      req.on('error', () => resolve(0));
+      req.on('error', (err: NodeJS.ErrnoException) => {
+        this.errorCodes[err.code ?? err.message] = (this.errorCodes[err.code ?? err.message] ?? 0) + 1;
+        resolve(0);
+      });
       req.end(body);
     });
   }

@@ -1,13 +1,17 @@
 // Issue 3, test 5: a service started on a non-empty spill journal replays it to Kafka, in order and
 // with the original timestamps, and empties it; and ACK_MODE=delivered answers only after Kafka has
 // the points.
+import { execFileSync } from 'node:child_process';
 import { readdirSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SpillJournal } from '../../src/kafka/spill-journal.js';
+import { ACCOUNTING_HEADER, AccountedLoad, accountingRow } from '../helpers/accounting.js';
 import { consumeAll, createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
 import { metric, point, postTrack, spillDir, startService, until } from '../helpers/service.js';
 
+const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
 const topic = uniqueTopic('spill');
 beforeAll(async () => {
   await createTopic(topic);
@@ -61,6 +65,44 @@ describe('spill journal replay', () => {
     const file = join(spillDir(), 'a-file');
     writeFileSync(file, 'not a directory');
     await expect(startService({ MQ_TOPIC: topic, SPILL_DIR: join(file, 'spill') })).rejects.toThrow(/exited with 2[\s\S]*a-file\/spill \(SPILL_DIR\)/);
+  });
+});
+
+describe('points that fail after their 202', () => {
+  it('are kept in the spill journal, survive a restart, and reach Kafka once it takes them', { timeout: 180_000 }, async () => {
+    // A topic whose brokers refuse every batch (max.message.bytes=100): librdkafka reports each
+    // accepted point as failed, after the 202. Nothing may be dropped.
+    const refusing = await createTopic(uniqueTopic('refusing'));
+    execFileSync(KAFKA_SH, ['topic-config', refusing, 'max.message.bytes=100'], { stdio: 'ignore' });
+    const dir = spillDir();
+    const first = await startService({ MQ_TOPIC: refusing, SPILL_DIR: dir, WORKERS: '2' });
+    const load = new AccountedLoad(first.url, { connections: 4, pointsPerRequest: 10, pauseMs: 20 });
+    load.start();
+    await new Promise((r) => setTimeout(r, 3_000));
+    await load.stop();
+    const accepted = load.accepted;
+    await until('every accepted point to be spilled', async () => (await metric(first.url, 'ingest_points_spilled_total')) === accepted, 60_000);
+    expect((await metric(first.url, 'ingest_spill_journal_bytes'))!).toBeGreaterThan(0);
+    expect((await fetch(`${first.url}/readyz`)).status).toBe(200); // far from full: still ready
+    expect(await first.stop()).toBe(0);
+    expect(first.output.some((l) => l.includes('are in the spill journal and are replayed at the next start'))).toBe(true);
+    expect(readdirSync(dir).length).toBeGreaterThan(0);
+
+    // The operator fixes the topic and restarts with one worker: slot 1's journal is adopted too.
+    execFileSync(KAFKA_SH, ['topic-config', refusing, 'max.message.bytes=1048588'], { stdio: 'ignore' });
+    const second = await startService({ MQ_TOPIC: refusing, SPILL_DIR: dir, WORKERS: '1' });
+    try {
+      await until('the journal to be replayed and empty', async () => readdirSync(dir).length === 0, 60_000);
+      const a = load.account(await consumeAll(refusing, { expected: accepted, timeoutMs: 30_000 }));
+      console.log(`${ACCOUNTING_HEADER}\n${accountingRow('broker refuses every batch after the 202; service restarted; topic fixed', a)}`);
+      expect(a.accepted).toBeGreaterThan(500);
+      expect(a.lost).toBe(0);
+      expect(a.duplicated).toBe(0);
+      expect(await metric(second.url, 'ingest_points_replayed_total')).toBe(accepted);
+    } finally {
+      expect(await second.stop()).toBe(0);
+      await deleteTopic(refusing);
+    }
   });
 });
 
