@@ -16,6 +16,7 @@ export const DEFAULTS = {
   PRODUCER_QUEUE_MAX_BYTES: '67108864',
   BROKER_DOWN_GRACE_MS: '5000',
   SHUTDOWN_TIMEOUT_MS: '20000',
+  STANDBY_WORKER: '1',
   ACK_MODE: 'async',
   DELIVERY_TIMEOUT_MS: '10000',
   SPILL_DIR: 'spill',
@@ -29,9 +30,14 @@ export const DEFAULTS = {
  */
 export const WORKER_SLOT_ENV = 'INGEST_WORKER_SLOT';
 
-/** The slot the primary gave this worker (0 outside the cluster, e.g. in tests). */
-export function workerSlot(env: NodeJS.ProcessEnv = process.env): number {
-  const n = Number(env[WORKER_SLOT_ENV] ?? 0);
+/** The value of WORKER_SLOT_ENV for a standby worker, which gets its slot when a worker dies. */
+export const STANDBY_SLOT = 'standby';
+
+/** The slot the primary gave this worker: null for a standby, 0 outside the cluster (tests). */
+export function workerSlot(env: NodeJS.ProcessEnv = process.env): number | null {
+  const value = env[WORKER_SLOT_ENV] ?? '0';
+  if (value === STANDBY_SLOT) return null;
+  const n = Number(value);
   return Number.isInteger(n) && n >= 0 ? n : 0;
 }
 
@@ -60,6 +66,8 @@ export interface Config {
   queueMaxBytes: number;
   brokerDownGraceMs: number;
   shutdownTimeoutMs: number;
+  /** Keep one booted, idle worker that takes over the slot of a worker that dies. */
+  standbyWorker: boolean;
   /** async: 202 once enqueued (spec); delivered: 202 once Kafka acknowledged every point. */
   ackMode: AckMode;
   /** delivered mode: librdkafka's message.timeout.ms, the longest a request waits for Kafka. */
@@ -126,6 +134,7 @@ const EnvSchema = z.object({
   PRODUCER_QUEUE_MAX_BYTES: wholeNumber(1024, 2 ** 40),
   BROKER_DOWN_GRACE_MS: wholeNumber(0, 3_600_000),
   SHUTDOWN_TIMEOUT_MS: wholeNumber(100, 3_600_000),
+  STANDBY_WORKER: z.enum(['0', '1'], { error: 'must be 0 or 1' }).transform((v) => v === '1'),
   ACK_MODE: z.enum(['async', 'delivered']),
   DELIVERY_TIMEOUT_MS: wholeNumber(1_000, 3_600_000),
   SPILL_DIR: z.string().min(1),
@@ -159,6 +168,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     queueMaxBytes: e.PRODUCER_QUEUE_MAX_BYTES,
     brokerDownGraceMs: e.BROKER_DOWN_GRACE_MS,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
+    standbyWorker: e.STANDBY_WORKER,
     ackMode: e.ACK_MODE,
     deliveryTimeoutMs: e.DELIVERY_TIMEOUT_MS,
     spillDir: e.SPILL_DIR,

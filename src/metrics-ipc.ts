@@ -1,38 +1,74 @@
 // GET /metrics lands on one worker, but must cover all of them. The worker asks the primary over the
-// cluster IPC channel; the primary gathers every worker's registry with prom-client's
-// AggregatorRegistry, adds its own metrics, and answers.
+// cluster IPC channel; the primary collects the registry of every serving worker, merges them with
+// prom-client's AggregatorRegistry.aggregate, adds its own metrics, and answers.
 //
-//   worker ──ingest:metrics?──▶ primary ──prom-client:getMetricsReq──▶ every worker
-//   worker ◀──ingest:metrics!── primary ◀──────── registries as JSON ──┘
-import cluster from 'node:cluster';
+//   worker ──ingest:metrics?──▶ primary ──ingest:collect?──▶ every serving worker
+//   worker ◀──ingest:metrics!── primary ◀──ingest:collect!── (registry as JSON) ─┘
+//
+// Only workers that are serving are asked, and one that does not answer within COLLECT_TIMEOUT_MS is
+// left out of that scrape: a worker being replaced (or the idle standby) never stalls /metrics.
+// (prom-client's own clusterMetrics() asks every process of the cluster and fails the whole scrape
+// when one of them is still starting.)
+import cluster, { type Worker } from 'node:cluster';
 import client, { type Registry } from 'prom-client';
 
 const REQUEST = 'ingest:metrics?';
 const RESPONSE = 'ingest:metrics!';
+const COLLECT = 'ingest:collect?';
+const COLLECTED = 'ingest:collect!';
 const TIMEOUT_MS = 5_000;
+const COLLECT_TIMEOUT_MS = 2_000;
 
+type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
 interface MetricsRequest { type: typeof REQUEST; id: number }
 interface MetricsResponse { type: typeof RESPONSE; id: number; text?: string; error?: string }
+interface CollectRequest { type: typeof COLLECT; id: number }
+interface CollectResponse { type: typeof COLLECTED; id: number; metrics: MetricsJson }
 
-/** Primary side: answer workers' requests. */
-export function serveClusterMetrics(primaryRegistry: Registry): void {
-  const aggregator = new client.AggregatorRegistry();
-  cluster.on('message', (worker, message: MetricsRequest) => {
+/** Primary side: answer workers' requests, asking the workers `serving()` names. */
+export function serveClusterMetrics(primaryRegistry: Registry, serving: () => Worker[]): void {
+  let next = 0;
+  const pending = new Map<number, (worker: Worker, metrics: MetricsJson) => void>();
+  cluster.on('message', (worker, message: MetricsRequest | CollectResponse) => {
+    if (message?.type === COLLECTED) {
+      pending.get(message.id)?.(worker, message.metrics);
+      return;
+    }
     if (message?.type !== REQUEST) return;
-    Promise.all([aggregator.clusterMetrics(), primaryRegistry.metrics()]).then(
-      ([workers, primary]) => worker.send({ type: RESPONSE, id: message.id, text: workers + primary } satisfies MetricsResponse),
-      (err: Error) => worker.send({ type: RESPONSE, id: message.id, error: err.message } satisfies MetricsResponse),
-    );
+    const id = ++next;
+    const workers = serving().filter((w) => w.isConnected());
+    const collected: MetricsJson[] = [];
+    const done = () => {
+      pending.delete(id);
+      clearTimeout(timer);
+      Promise.resolve()
+        .then(async () => client.AggregatorRegistry.aggregate(collected).metrics().then(async (text) => text + (await primaryRegistry.metrics())))
+        .then(
+          (text) => worker.send({ type: RESPONSE, id: message.id, text } satisfies MetricsResponse),
+          (err: Error) => worker.send({ type: RESPONSE, id: message.id, error: err.message } satisfies MetricsResponse),
+        );
+    };
+    const asked = new Set(workers.map((w) => w.id));
+    const timer = setTimeout(done, COLLECT_TIMEOUT_MS);
+    pending.set(id, (from, metrics) => {
+      if (!asked.delete(from.id)) return;
+      collected.push(metrics);
+      if (asked.size === 0) done();
+    });
+    if (workers.length === 0) return done();
+    for (const w of workers) w.send({ type: COLLECT, id } satisfies CollectRequest);
   });
 }
 
-/** Worker side: expose this worker's registry to the primary and return a function that asks for all. */
+/** Worker side: answer the primary's collection with this registry; returns a function that asks for all. */
 export function clusterMetricsClient(registry: Registry): () => Promise<string> {
-  client.AggregatorRegistry.setRegistries([registry]);
-  new client.AggregatorRegistry(); // installs the worker's listener for the primary's requests
   let next = 0;
   const waiting = new Map<number, { resolve: (text: string) => void; reject: (err: Error) => void; timer: NodeJS.Timeout }>();
-  process.on('message', (message: MetricsResponse) => {
+  process.on('message', (message: MetricsResponse | CollectRequest) => {
+    if (message?.type === COLLECT) {
+      void registry.getMetricsAsJSON().then((metrics) => process.send?.({ type: COLLECTED, id: message.id, metrics } satisfies CollectResponse));
+      return;
+    }
     if (message?.type !== RESPONSE) return;
     const w = waiting.get(message.id);
     if (w === undefined) return;

@@ -1,7 +1,10 @@
 // The primary process: forks the workers, replaces those that die, and runs the shutdown.
 // It never creates a Kafka producer (librdkafka's threads would not survive the fork).
 //
-//   start ──fork WORKERS──▶ running ──worker exits unexpectedly──▶ wait back-off ──fork one──▶ running
+//   start ──fork WORKERS (+1 standby)──▶ running ──worker exits unexpectedly──▶ back-off (none the
+//     │                        │          first time) ──▶ the standby takes the dead worker's slot
+//     │                        │          (or, without a ready standby, a fresh fork does) ──▶ a new
+//     │                        │          standby is forked ──▶ running
 //     │                        │
 //     │ a worker exits 2 or 3  │ SIGTERM / SIGINT
 //     │ before listening       ▼
@@ -9,14 +12,14 @@
 //   stop all, exit 2/3         its producer, exits) ──all exited──▶ exit 0 (1 if a worker failed to flush)
 //                              └─ SHUTDOWN_TIMEOUT_MS + 5 s and still running ──▶ SIGKILL, exit 1
 import cluster, { type Worker } from 'node:cluster';
-import { WORKER_SLOT_ENV, type Config } from './config.js';
+import { STANDBY_SLOT, WORKER_SLOT_ENV, type Config } from './config.js';
 import { EXIT, STARTUP_FAILURES } from './exit-codes.js';
 import { createLogger } from './log.js';
 import { serveClusterMetrics } from './metrics-ipc.js';
 import { createPrimaryMetrics } from './metrics.js';
-import { WORKER_READY, WORKER_SHUTDOWN } from './worker.js';
+import { STANDBY_ACTIVATE, STANDBY_READY, WORKER_READY, WORKER_SHUTDOWN } from './worker.js';
 
-/** Restart back-off: immediate-ish for a lone crash, slower when crashes repeat (a crash loop). */
+/** Restart back-off: a lone crash is replaced at once; repeated crashes (a crash loop) wait longer. */
 const RESTART_BASE_MS = 100;
 const RESTART_MAX_MS = 10_000;
 const CRASH_WINDOW_MS = 60_000;
@@ -24,20 +27,52 @@ const CRASH_WINDOW_MS = 60_000;
 export function runPrimary(config: Config): void {
   const log = createLogger(config.logLevel, { role: 'primary' });
   const metrics = createPrimaryMetrics();
-  serveClusterMetrics(metrics.registry);
 
   const listening = new Set<number>();
   /** Worker id → slot: a replacement takes its predecessor's slot, and with it its spill journal. */
   const slots = new Map<number, number>();
+  /** The idle, booted worker that replaces the next one to die (STANDBY_WORKER=1), once it is ready. */
+  let standby: Worker | null = null;
+  let standbyReady = false;
+  // Scrapes cover the workers that serve; a replacement joins once it listens.
+  serveClusterMetrics(metrics.registry, () => Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined && listening.has(w.id)));
   const recentCrashes: number[] = [];
   let stopping = false;
   let failedShutdown = false;
   let announced = false;
 
+  const forkStandby = (): void => {
+    if (!config.standbyWorker || stopping || standby !== null) return;
+    const worker = cluster.fork({ [WORKER_SLOT_ENV]: STANDBY_SLOT });
+    standby = worker;
+    standbyReady = false;
+    worker.on('message', (m: { type?: string }) => {
+      if (m?.type === STANDBY_READY && standby === worker) standbyReady = true;
+    });
+    watchWorker(worker);
+  };
+
+  /** Gives `slot` to the ready standby (true), or says there is none. */
+  const activateStandby = (slot: number): boolean => {
+    const worker = standby;
+    if (worker === null || !standbyReady || !worker.isConnected()) return false;
+    standby = null;
+    slots.set(worker.id, slot);
+    worker.send({ type: STANDBY_ACTIVATE, slot });
+    metrics.workers.set(slots.size);
+    forkStandby();
+    return true;
+  };
+
   const fork = (slot: number): Worker => {
     const worker = cluster.fork({ [WORKER_SLOT_ENV]: String(slot) });
     slots.set(worker.id, slot);
-    metrics.workers.set(Object.keys(cluster.workers ?? {}).length);
+    metrics.workers.set(slots.size);
+    watchWorker(worker);
+    return worker;
+  };
+
+  const watchWorker = (worker: Worker): void => {
     worker.on('message', (m: { type?: string }) => {
       if (m?.type !== WORKER_READY) return;
       listening.add(worker.id);
@@ -47,20 +82,26 @@ export function runPrimary(config: Config): void {
         log.info({ workers: config.workers, listen: `${host || '*'}:${port}`, brokers: config.brokers, topic: config.topic }, 'service listening');
       }
     });
-    return worker;
   };
 
   cluster.on('exit', (worker, code, signal) => {
     const wasListening = listening.delete(worker.id);
-    const slot = slots.get(worker.id) ?? 0;
+    const slot = slots.get(worker.id);
     slots.delete(worker.id);
-    metrics.workers.set(Object.keys(cluster.workers ?? {}).length);
+    metrics.workers.set(slots.size);
     if (stopping) {
       if (code !== EXIT.OK) failedShutdown = true;
       if (Object.keys(cluster.workers ?? {}).length === 0) {
         log.info({ ok: !failedShutdown }, 'all workers stopped');
         process.exit(failedShutdown ? EXIT.CRASH : EXIT.OK);
       }
+      return;
+    }
+    if (slot === undefined) {
+      // The standby died before it was needed: fork another one, not in a hurry.
+      if (standby === worker) standby = null;
+      log.warn({ worker: worker.id, code, signal }, 'standby worker exited; forking another');
+      setTimeout(forkStandby, 1_000).unref();
       return;
     }
     if (!wasListening && STARTUP_FAILURES.has(code)) {
@@ -73,12 +114,14 @@ export function runPrimary(config: Config): void {
     const now = Date.now();
     recentCrashes.push(now);
     while (recentCrashes.length > 0 && now - recentCrashes[0]! > CRASH_WINDOW_MS) recentCrashes.shift();
-    const delay = Math.min(RESTART_MAX_MS, RESTART_BASE_MS * 2 ** (recentCrashes.length - 1));
+    const delay = recentCrashes.length === 1 ? 0 : Math.min(RESTART_MAX_MS, RESTART_BASE_MS * 2 ** (recentCrashes.length - 2));
     metrics.workerRestarts.inc();
     log.error({ worker: worker.id, slot, pid: worker.process.pid, code, signal, restartInMs: delay, crashesLastMinute: recentCrashes.length }, 'worker exited unexpectedly; replacing it');
-    setTimeout(() => {
-      if (!stopping) fork(slot);
-    }, delay);
+    const replace = () => {
+      if (!stopping && !activateStandby(slot)) fork(slot);
+    };
+    if (delay === 0) replace();
+    else setTimeout(replace, delay);
   });
 
   const shutdown = (signal: string) => {
@@ -101,4 +144,5 @@ export function runPrimary(config: Config): void {
 
   log.info({ workers: config.workers }, 'starting workers');
   for (let slot = 0; slot < config.workers; slot++) fork(slot);
+  forkStandby();
 }

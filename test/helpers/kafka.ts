@@ -67,7 +67,7 @@ export interface ConsumedMessage {
  */
 export async function consumeAll(
   topic: string,
-  opts: { expected: number; partitions?: number; timeoutMs?: number; idleMs?: number; brokers?: string },
+  opts: { expected: number; partitions?: number; timeoutMs?: number; idleMs?: number; brokers?: string; giveUpIdleMs?: number },
 ): Promise<ConsumedMessage[]> {
   const partitions = opts.partitions ?? 6;
   const consumer = new Kafka.KafkaConsumer(
@@ -96,6 +96,8 @@ export async function consumeAll(
       }
       if (batch.length > 0) lastNew = Date.now();
       if (out.length >= opts.expected && Date.now() - lastNew >= idleMs) break;
+      // Fewer than expected and nothing new for this long: the rest is not coming (a loss to report).
+      if (opts.giveUpIdleMs !== undefined && out.length > 0 && Date.now() - lastNew >= opts.giveUpIdleMs) break;
       if (batch.length === 0) await new Promise((r) => setTimeout(r, 50));
     }
   } finally {
