@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help install build run test test-image test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench clean
+.PHONY: help install build run test test-faults test-image test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -18,6 +18,9 @@ run: build ## start a local Kafka unless MQ_BROKERS is set, then run the service
 
 test: build ## every test against a real broker (started and stopped when none is configured)
 	@scripts/test.sh
+
+test-faults: build ## the fault tests alone: a 3-broker cluster (started and stopped), brokers and workers killed under load
+	@scripts/test.sh test/faults
 
 test-image: build ## the Dockerfile's build steps without Docker, then the result served as non-root (minutes)
 	@RUN_IMAGE_BUILD_TEST=1 scripts/test.sh test/integration/image-build.test.ts

@@ -26,6 +26,8 @@ export const SPILL_FLUSH_INTERVAL_MS = 20;
 /** ...or until this many bytes are waiting. */
 const SPILL_FLUSH_BYTES = 4 * 1024 * 1024;
 const READ_CHUNK_BYTES = 4 * 1024 * 1024;
+/** A file is sealed at this size: a replay keeps one file's failures in memory until it is done. */
+const SPILL_FILE_MAX_BYTES = 64 * 1024 * 1024;
 const FILE_RE = /^worker-(\d+)\.(\d{12})\.spill$/;
 
 export interface SpillRecord {
@@ -127,11 +129,11 @@ export class SpillJournal {
 
   /**
    * Queues one record for the next batched write. Returns false, keeping nothing, when the record
-   * would take the journal past SPILL_MAX_BYTES.
+   * would take the journal past SPILL_MAX_BYTES (plus `releasing`: bytes of a file about to be removed).
    */
-  append(key: Buffer, value: Buffer, timestamp: number): boolean {
+  append(key: Buffer, value: Buffer, timestamp: number, releasing = 0): boolean {
     const size = RECORD_HEADER_BYTES + key.byteLength + value.byteLength;
-    if (this.bytes + size > this.maxBytes) return false;
+    if (this.bytes + size > this.maxBytes + releasing) return false;
     const record = Buffer.allocUnsafe(size);
     record.writeUInt32LE(key.byteLength, 4);
     record.writeUInt32LE(value.byteLength, 8);
@@ -196,6 +198,7 @@ export class SpillJournal {
     this.activeBytes += this.pendingBytes;
     this.pending = [];
     this.pendingBytes = 0;
+    if (this.activeBytes >= SPILL_FILE_MAX_BYTES) this.sealActive();
   }
 
   /**
@@ -204,15 +207,23 @@ export class SpillJournal {
    */
   seal(): readonly string[] {
     this.flush();
-    if (this.activeFd !== null) {
-      closeSync(this.activeFd);
-      this.waiting.push({ path: this.activePath!, bytes: this.activeBytes });
-      this.waitingBytes += this.activeBytes;
-      this.activeFd = null;
-      this.activePath = null;
-      this.activeBytes = 0;
-    }
+    this.sealActive();
     return this.waiting.map((f) => f.path);
+  }
+
+  /** Size of a file waiting for replay (0 once removed). */
+  sizeOf(path: string): number {
+    return this.waiting.find((f) => f.path === path)?.bytes ?? 0;
+  }
+
+  private sealActive(): void {
+    if (this.activeFd === null) return;
+    closeSync(this.activeFd);
+    this.waiting.push({ path: this.activePath!, bytes: this.activeBytes });
+    this.waitingBytes += this.activeBytes;
+    this.activeFd = null;
+    this.activePath = null;
+    this.activeBytes = 0;
   }
 
   /** Reads the records of a sealed file in order, a few megabytes at a time. */

@@ -3,10 +3,11 @@
 // earlier run (or by a crashed predecessor in this slot) are replayed the same way after start-up.
 //
 // A replay uses its own short-lived producer with a delivery report for every message, so that "this
-// file is done" is known exactly (every record acknowledged, or failed and appended to the journal
-// again) without waiting for the live producer's queue to run empty, which under load it never does.
-// A file is deleted only then. A replay cut short (shutdown, crash) leaves its file in place: the
-// next replay sends it again, so a record can arrive twice but is never dropped (at least once).
+// file is done" is known exactly, without waiting for the live producer's queue to run empty, which
+// under load it never does. Records that fail again are held in memory (a file is at most 64 MiB)
+// and, once the whole file has reported, appended to the journal; then the file is deleted. A replay
+// cut short (shutdown, crash) drops what it held and leaves the file in place: the next replay sends
+// it again, so a record that was delivered can arrive twice, but none is dropped (at least once).
 import Kafka from 'node-rdkafka';
 import type { Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics.js';
@@ -73,6 +74,7 @@ export class SpillReplayer {
     if (files.length === 0) return;
     const started = Date.now();
     const progress = { produced: 0, reported: 0, delivered: 0, respilled: 0, lost: 0 };
+    let failedAgain: SpillRecord[] = [];
     const producer = new Kafka.Producer(
       { ...this.deps.settings.global, 'client.id': `${String(this.deps.settings.global['client.id'])}-replay`, 'delivery.report.only.error': false, dr_msg_cb: true },
       this.deps.settings.topic,
@@ -83,9 +85,9 @@ export class SpillReplayer {
         progress.delivered++;
         return;
       }
-      // Failed again (the broker went away during the replay): back into the journal, in order.
+      // Failed again (the broker went away during the replay): kept until the file is done.
       const key = typeof report.key === 'string' ? Buffer.from(report.key) : report.key;
-      if (key != null && report.value != null && journal.append(key, report.value, report.timestamp ?? Date.now())) progress.respilled++;
+      if (key != null && report.value != null) failedAgain.push({ key, value: report.value, timestamp: report.timestamp ?? Date.now() });
       else progress.lost++;
     });
     try {
@@ -95,7 +97,15 @@ export class SpillReplayer {
       producer.setPollInterval(10);
       log.info({ files: files.length, bytes: journal.bytes }, 'replaying the spill journal');
       for (const file of files) {
+        failedAgain = [];
         if (!(await this.replayFile(producer, file, progress))) break;
+        // Back into the journal, in order, on disk before the file they came from is deleted.
+        const releasing = journal.sizeOf(file);
+        for (const r of failedAgain) {
+          if (journal.append(r.key, r.value, r.timestamp, releasing)) progress.respilled++;
+          else progress.lost++;
+        }
+        journal.flush();
         journal.remove(file);
       }
     } finally {

@@ -110,7 +110,7 @@ describe('on a 3-broker cluster under load', () => {
       outageMs = Date.now() - t0;
       await sleep(8_000);
       // Fresh connections land on either worker: both must take points again.
-      afterwards = await Promise.all(Array.from({ length: 20 }, (_, i) => postFresh(svc.url, [point(`${load.runId}-after-${i}`)])));
+      afterwards = await Promise.all(Array.from({ length: 20 }, (_, i) => postFresh(svc.url, [point(`after-${load.runId}-${i}`)])));
     } finally {
       await load.stop();
     }
