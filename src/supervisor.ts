@@ -90,7 +90,8 @@ export function runPrimary(config: Config): void {
     slots.delete(worker.id);
     metrics.workers.set(slots.size);
     if (stopping) {
-      if (code !== EXIT.OK) failedShutdown = true;
+      // A standby is ended with a signal (it may not yet listen for messages): its status says nothing.
+      if (code !== EXIT.OK && slot !== undefined) failedShutdown = true;
       if (Object.keys(cluster.workers ?? {}).length === 0) {
         log.info({ ok: !failedShutdown }, 'all workers stopped');
         process.exit(failedShutdown ? EXIT.CRASH : EXIT.OK);
@@ -131,7 +132,9 @@ export function runPrimary(config: Config): void {
     const workers = Object.values(cluster.workers ?? {});
     if (workers.length === 0) process.exit(EXIT.OK);
     for (const w of workers) {
-      if (w?.isConnected()) w.send({ type: WORKER_SHUTDOWN });
+      if (w === undefined) continue;
+      if (!slots.has(w.id)) w.process.kill('SIGTERM'); // the standby holds nothing to flush
+      else if (w.isConnected()) w.send({ type: WORKER_SHUTDOWN });
     }
     setTimeout(() => {
       log.error('workers did not stop in time; killing them');

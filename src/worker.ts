@@ -73,7 +73,8 @@ export async function runWorker(config: Config): Promise<void> {
     settings: producer.settings,
     log,
     metrics,
-    brokerAvailable: () => producer.readiness().ready,
+    // Not readiness: a full journal makes the worker unready, and only a replay can empty it.
+    brokerAvailable: () => producer.kafkaAvailable(),
   });
   replayer.start();
 

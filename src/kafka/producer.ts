@@ -49,7 +49,7 @@ export type Refusal =
 export interface DeliveryTicket {
   remaining: number;
   failed: number;
-  /** librdkafka's name for the first failure, e.g. ERR__MSG_TIMED_OUT. */
+  /** librdkafka's message for the first failure, e.g. "Local: Message timed out". */
   firstError: string;
   settle(ticket: DeliveryTicket): void;
 }
@@ -234,6 +234,11 @@ export class TrackProducer {
     });
   }
 
+  /** Whether Kafka takes points right now (what a journal replay waits for; the journal's own state aside). */
+  kafkaAvailable(): boolean {
+    return !this.stopping && !this.fatal && this.connected && this.brokersUp > 0 && this.topicReady;
+  }
+
   /** /readyz: a broker connection and the topic's metadata, right now (no grace period). */
   readiness(): { ready: boolean; reason: string } {
     if (this.stopping) return { ready: false, reason: 'shutting down' };
@@ -416,7 +421,8 @@ export class TrackProducer {
       this.metrics.deliveryErrors.labels(code).inc();
       if (ticket !== undefined) {
         // The client hears 500 and resends: not spilled, or it would arrive twice.
-        if (ticket.failed++ === 0) ticket.firstError = code;
+        // node-rdkafka's delivery errors carry librdkafka's message but not always its code.
+        if (ticket.failed++ === 0) ticket.firstError = err.message;
         this.deliveryFailures.report({ code, message: err.message, partition: report.partition, answered: 500 });
       } else {
         this.deliveryFailures.report({ code, message: err.message, partition: report.partition, spilled: this.spill(report) });

@@ -44,6 +44,12 @@ async function readBack(topic: string, load: AccountedLoad, accepted: number): P
   return load.account(messages);
 }
 
+/** user + system CPU time of a process so far, in clock ticks (/proc/PID/stat fields 14 and 15). */
+function cpuTicks(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return Number(fields[11]) + Number(fields[12]);
+}
+
 /** The serving workers (not the standby): each names its slot in its process title. */
 function workerPids(svc: Service): number[] {
   let children: number[];
@@ -156,7 +162,8 @@ describe('on a 3-broker cluster under load', () => {
         load.start();
         await sleep(4_000);
         const before = workerPids(svc);
-        victim = before[0]!;
+        // The busier worker (more CPU time so far): the kernel may have given it most connections.
+        victim = before.sort((a, b) => cpuTicks(b) - cpuTicks(a))[0]!;
         const killedAt = Date.now();
         process.kill(victim, 'SIGKILL');
         // Replaced = a new worker process is listening (its producer connected, it told the primary).

@@ -280,6 +280,8 @@ describe('when the producer cannot take the points', () => {
     try {
       const batch = Array.from({ length: 10 }, (_, i) => point(`q${i}`));
       expect((await postTrack(other.url, batch)).status).toBe(202);
+      // The queue depth is librdkafka's count, refreshed every 100 ms: let it see the first request.
+      await new Promise((r) => setTimeout(r, 300));
       const second = await postTrack(other.url, batch);
       expect([second.status, second.json.error, second.headers.get('retry-after')]).toEqual([500, 'broker_unavailable', '1']);
       expect(String(second.json.message)).toContain('queue is full');

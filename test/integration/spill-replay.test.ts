@@ -106,7 +106,65 @@ describe('points that fail after their 202', () => {
   });
 });
 
+describe('a full spill journal', () => {
+  it('makes the worker unready and refuses points with 500 until a replay empties it', { timeout: 120_000 }, async () => {
+    const refusing = await createTopic(uniqueTopic('journal-full'));
+    execFileSync(KAFKA_SH, ['topic-config', refusing, 'max.message.bytes=100'], { stdio: 'ignore' });
+    // Room for the queue's reserve (1 MiB + 20 B × 10,000 points) plus about 6,000 spilled points.
+    const svc = await startService({
+      MQ_TOPIC: refusing,
+      WORKERS: '1',
+      PRODUCER_QUEUE_MAX_POINTS: '10000',
+      PRODUCER_QUEUE_MAX_BYTES: '1048576',
+      SPILL_MAX_BYTES: '2097152',
+    });
+    try {
+      const batch = (i: number) => Array.from({ length: 100 }, (_, k) => point(`FULL-${i}`, { speed: k }));
+      let i = 0;
+      let status = 202;
+      while (status === 202 && i < 500) {
+        status = (await postTrack(svc.url, batch(i++))).status;
+        if (status === 202 && i % 10 === 0) await new Promise((r) => setTimeout(r, 50)); // let failures reach the journal
+      }
+      const refused = await postTrack(svc.url, batch(i));
+      const ready = await fetch(`${svc.url}/readyz`);
+      const readyBody = (await ready.json()) as { reason?: string };
+      console.log(`journal full after ${(i - 1) * 100} accepted points: POST → ${refused.status} ${JSON.stringify(refused.json)}; readyz → ${ready.status} ${JSON.stringify(readyBody)}`);
+      expect(refused.status).toBe(500);
+      expect(refused.json.message).toMatch(/spill journal/);
+      expect(refused.headers.get('retry-after')).toBe('1');
+      expect(ready.status).toBe(503);
+      expect(readyBody.reason).toMatch(/spill journal full/);
+      expect(await metric(svc.url, 'ingest_points_lost_total{reason="spill_full"}')).toBeUndefined(); // nothing accepted was dropped
+
+      execFileSync(KAFKA_SH, ['topic-config', refusing, 'max.message.bytes=1048588'], { stdio: 'ignore' });
+      await until('the worker to be ready again', async () => (await fetch(`${svc.url}/readyz`)).status === 200, 60_000);
+      expect((await postTrack(svc.url, batch(9999))).status).toBe(202);
+    } finally {
+      expect(await svc.stop()).toBe(0);
+      await deleteTopic(refusing);
+    }
+  });
+});
+
 describe('ACK_MODE=delivered', () => {
+  it('answers 500 delivery_failed when Kafka does not take the points, and spills nothing', async () => {
+    const refusing = await createTopic(uniqueTopic('delivered-refused'));
+    execFileSync(KAFKA_SH, ['topic-config', refusing, 'max.message.bytes=100'], { stdio: 'ignore' });
+    const svc = await startService({ MQ_TOPIC: refusing, ACK_MODE: 'delivered', WORKERS: '1' });
+    try {
+      const res = await postTrack(svc.url, Array.from({ length: 10 }, (_, i) => point(`REFUSED-${i}`)));
+      expect(res.status).toBe(500);
+      expect(res.json.error).toBe('delivery_failed');
+      expect(res.json.message).toMatch(/^10 of 10 track points were not acknowledged by Kafka \(message size too large\); resend the whole request$/);
+      expect(res.headers.get('retry-after')).toBe('1');
+      expect(await metric(svc.url, 'ingest_points_spilled_total')).toBe(0);
+    } finally {
+      expect(await svc.stop()).toBe(0);
+      await deleteTopic(refusing);
+    }
+  });
+
   it('answers 202 only once Kafka holds every point of the request', async () => {
     const svc = await startService({ MQ_TOPIC: topic, ACK_MODE: 'delivered', WORKERS: '1' });
     try {
