@@ -90,10 +90,12 @@ export class SpillReplayer {
       if (key != null && report.value != null) failedAgain.push({ key, value: report.value, timestamp: report.timestamp ?? Date.now() });
       else progress.lost++;
     });
+    let connected = false;
     try {
       await new Promise<void>((resolve, reject) =>
         producer.connect({ topic: this.deps.topic, timeout: CONNECT_TIMEOUT_MS }, (err) => (err ? reject(err) : resolve())),
       );
+      connected = true;
       producer.setPollInterval(10);
       log.info({ files: files.length, bytes: journal.bytes }, 'replaying the spill journal');
       for (const file of files) {
@@ -109,7 +111,7 @@ export class SpillReplayer {
         journal.remove(file);
       }
     } finally {
-      await new Promise<void>((resolve) => producer.disconnect(5_000, () => resolve()));
+      if (connected) await new Promise<void>((resolve) => producer.disconnect(5_000, () => resolve()));
       metrics.spillReplayed.inc(progress.delivered);
       // A replay that delivered nothing while records failed again (a topic that refuses them, an
       // authorization error): retry later and later, not every second.
