@@ -147,9 +147,9 @@ async function runScenario(impl: Impl, workers: number, shape: Shape): Promise<S
     await waitForDelivery(topic, accepted);
     const code = await target.stop();
     const delivered = await countDelivered(topic, accepted);
-    // librdkafka's statistics windows at the end of the measured window (see ingest_delivery_latency_seconds).
-    const p50 = gaugeValue(metricsAfter, 'ingest_delivery_latency_seconds{quantile="0.5"}');
-    const p99 = gaugeValue(metricsAfter, 'ingest_delivery_latency_seconds{quantile="0.99"}');
+    // librdkafka's statistics windows at the end of the measured window (see ingest_delivery_latency_estimate_seconds).
+    const p50 = gaugeValue(metricsAfter, 'ingest_delivery_latency_estimate_seconds{quantile="0.5"}');
+    const p99 = gaugeValue(metricsAfter, 'ingest_delivery_latency_estimate_seconds{quantile="0.99"}');
     const result: ScenarioResult = {
       name: shape.name,
       kind: shape.kind,

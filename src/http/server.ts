@@ -194,6 +194,7 @@ export class HttpServer {
         remaining: 0,
         failed: 0,
         firstError: '',
+        enqueuedAt: 0,
         settle: (t) => {
           if (outcome === null || !outcome.awaitingDelivery) return; // already answered (produce failed midway)
           this.awaitingDelivery--;

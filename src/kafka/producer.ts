@@ -51,6 +51,8 @@ export interface DeliveryTicket {
   failed: number;
   /** librdkafka's message for the first failure, e.g. "Local: Message timed out". */
   firstError: string;
+  /** performance.now() when its points were handed to librdkafka (set by tryEnqueue). */
+  enqueuedAt: number;
   settle(ticket: DeliveryTicket): void;
 }
 
@@ -313,6 +315,7 @@ export class TrackProducer {
         for (; i < count; i++) this.producer.produce(topic, null, values[i]!, keys[i], now);
       } else {
         ticket.remaining = count;
+        ticket.enqueuedAt = performance.now();
         for (; i < count; i++) this.producer.produce(topic, null, values[i]!, keys[i], now, ticket);
       }
     } catch (err) {
@@ -428,7 +431,9 @@ export class TrackProducer {
         this.deliveryFailures.report({ code, message: err.message, partition: report.partition, spilled: this.spill(report) });
       }
     }
-    if (ticket !== undefined && --ticket.remaining === 0) ticket.settle(ticket);
+    if (ticket === undefined) return;
+    if (!err) this.metrics.deliveryLatency.observe((performance.now() - ticket.enqueuedAt) / 1000);
+    if (--ticket.remaining === 0) ticket.settle(ticket);
   }
 
   /** Keeps a point that failed after its 202 in the journal; false when it could not. */
@@ -508,8 +513,8 @@ export class TrackProducer {
     this.brokersUp = up;
     this.metrics.brokerUp.set(up);
     if (p99 > 0) {
-      this.metrics.deliveryLatency.labels('0.5').set(p50 / 1e6);
-      this.metrics.deliveryLatency.labels('0.99').set(p99 / 1e6);
+      this.metrics.deliveryLatencyEstimate.labels('0.5').set(p50 / 1e6);
+      this.metrics.deliveryLatencyEstimate.labels('0.99').set(p99 / 1e6);
     }
     const topic = stats.topics?.[this.topic];
     if (topic?.batchcnt !== undefined && topic.batchcnt.cnt > 0) this.metrics.batchSize.set(topic.batchcnt.avg);

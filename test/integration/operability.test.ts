@@ -58,6 +58,7 @@ describe('GET /metrics with WORKERS=2', () => {
       'ingest_messages_delivered_total',
       'ingest_delivery_errors_total',
       'ingest_delivery_latency_seconds',
+      'ingest_delivery_latency_estimate_seconds',
       'ingest_kafka_brokers_up',
       'ingest_kafka_broker_rtt_seconds',
       'ingest_kafka_inflight_requests',
@@ -74,6 +75,32 @@ describe('GET /metrics with WORKERS=2', () => {
     expect(metricValue(text, 'ingest_http_requests_total{route="/track",status="400"}')).toBe(1);
     expect(metricValue(text, 'ingest_workers')).toBe(2);
     expect(text).not.toMatch(/container_id=/);
+    // The estimate comes from librdkafka's windows; the per-message histogram is ACK_MODE=delivered's.
+    expect(metricValue(text, 'ingest_delivery_latency_estimate_seconds{quantile="0.99"}')).toBeGreaterThan(0);
+    expect(metricValue(text, 'ingest_delivery_latency_seconds_count')).toBe(0);
+  });
+});
+
+describe('delivery latency with ACK_MODE=delivered', () => {
+  it('observes every acknowledged message, from produce() to its report', async () => {
+    const svc = await startService({ MQ_TOPIC: topic, ACK_MODE: 'delivered' });
+    try {
+      const started = performance.now();
+      for (let i = 0; i < 3; i++) {
+        expect((await postTrack(svc.url, Array.from({ length: 5 }, () => point(`lat${i}`)))).status).toBe(202);
+      }
+      const elapsedS = (performance.now() - started) / 1000;
+      const text = await (await fetch(`${svc.url}/metrics`)).text();
+      expect(metricValue(text, 'ingest_delivery_latency_seconds_count')).toBe(15);
+      expect(metricValue(text, 'ingest_delivery_latency_seconds_bucket{le="10"}')).toBe(15);
+      // Each message waited for librdkafka's linger (10 ms; 5 points never fill a batch of 100), and
+      // no longer than its request took.
+      const sum = metricValue(text, 'ingest_delivery_latency_seconds_sum');
+      expect(sum).toBeGreaterThan(15 * 0.005);
+      expect(sum).toBeLessThan(15 * elapsedS);
+    } finally {
+      expect(await svc.stop()).toBe(0);
+    }
   });
 });
 
