@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help install build run test test-faults test-image test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench clean
+.PHONY: help install build run test test-faults test-image test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench bench-report-cost clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -46,6 +46,10 @@ consume: ## print what the topic holds (key, partition, value)
 bench: build ## the benchmark suite against a local Kafka (about 8 minutes; see bench/README.md)
 	@npx tsc -p .
 	@scripts/with-broker.sh node dist/bench/run.js
+
+bench-report-cost: build ## CPU per message with a delivery report per message vs failures only (why ACK_MODE=async has no latency histogram)
+	@npx tsc -p .
+	@scripts/with-broker.sh node dist/bench/report-cost.js
 
 fuzz: build ## 1,000,000 hostile bodies against a running worker: no crash, JSON 4xx answers, RSS curve
 	@npx tsc -p .

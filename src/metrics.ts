@@ -144,8 +144,8 @@ export function createWorkerMetrics(workerId: string) {
     registers,
   });
   // Per message only where a delivery report per message exists anyway: ACK_MODE=delivered. In async
-  // mode librdkafka reports failures only, because a report per message costs node-rdkafka about
-  // 4.5 µs of CPU per message (measured: 2.9 → 7.2–7.8 µs per message produced), more than
+  // mode librdkafka reports failures only, because a report per message costs node-rdkafka 3.7–5.4 µs
+  // of CPU per message (`make bench-report-cost`: 3.0 → 6.7–8.3 µs per message produced), more than
   // everything else a point costs; there the statistics windows below are the estimate.
   const deliveryLatency = new Histogram({
     name: `${METRIC_PREFIX}delivery_latency_seconds`,
