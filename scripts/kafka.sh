@@ -2,7 +2,9 @@
 # A local Apache Kafka 4.x (KRaft, no ZooKeeper) for development, tests and benchmarks,
 # assembled from Maven Central jars and run with the machine's Java. No Docker needed.
 #
-#   scripts/kafka.sh start            one broker on 127.0.0.1:9092 (PLAINTEXT) and :9094 (SASL/PLAIN)
+#   scripts/kafka.sh start            one broker on 127.0.0.1:9092 (PLAINTEXT), :9094 (SASL/PLAIN)
+#                                     and :9095 (TLS with client certificates; CA and certificates
+#                                     generated once into .run/kafka/tls)
 #   scripts/kafka.sh start --cluster  three brokers on 127.0.0.1:19092,29092,39092 (RF 3, min ISR 2)
 #   scripts/kafka.sh stop [--cluster|--all]
 #   scripts/kafka.sh status
@@ -26,6 +28,11 @@ HEAP=${KAFKA_HEAP:--Xms256m -Xmx768m}
 # Credentials of the SASL/PLAIN listener of the single broker (tests of issue "broker security").
 SASL_USER=${KAFKA_SASL_USER:-ingest}
 SASL_PASSWORD=${KAFKA_SASL_PASSWORD:-ingest-secret}
+
+# TLS material of the single broker's SSL listener (:9095): a local CA, a broker certificate for
+# 127.0.0.1/localhost and a client certificate, generated once with openssl (tests of broker security).
+TLS=$RUN/tls
+TLS_PASSWORD=${KAFKA_TLS_PASSWORD:-ingest-tls}
 
 say() { printf 'kafka.sh: %s\n' "$*"; }
 die() { printf 'kafka.sh: %s\n' "$*" >&2; exit 1; }
@@ -100,10 +107,44 @@ $extra
 EOF
 }
 
+# sign NAME SUBJECT [SUBJECT_ALT_NAME]: a key and a certificate signed by the local CA, both PEM.
+sign() {
+  local name=$1 subject=$2 san=${3:-}
+  openssl req -newkey rsa:2048 -nodes -keyout "$TLS/$name.key" -out "$TLS/$name.csr" -subj "$subject" 2>/dev/null
+  openssl x509 -req -in "$TLS/$name.csr" -CA "$TLS/ca.pem" -CAkey "$TLS/ca.key" -CAcreateserial -days 3650 \
+    -out "$TLS/$name.pem" ${san:+-extfile <(printf 'subjectAltName=%s' "$san")} 2>/dev/null
+  rm -f "$TLS/$name.csr"
+}
+
+tls_material() {
+  [[ -f $TLS/truststore.p12 ]] && return 0
+  command -v openssl >/dev/null || die "openssl not found: install it (apt-get install openssl)"
+  rm -rf "$TLS"; mkdir -p "$TLS"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$TLS/ca.key" -out "$TLS/ca.pem" -days 3650 \
+    -subj "/CN=track-ingest local CA" 2>/dev/null
+  sign broker "/CN=localhost" "IP:127.0.0.1,DNS:localhost"
+  sign client "/CN=track-ingest"
+  openssl pkcs12 -export -in "$TLS/broker.pem" -inkey "$TLS/broker.key" -certfile "$TLS/ca.pem" -name broker \
+    -out "$TLS/broker.p12" -passout "pass:$TLS_PASSWORD"
+  keytool -importcert -noprompt -alias ca -file "$TLS/ca.pem" -keystore "$TLS/truststore.p12.tmp" \
+    -storetype PKCS12 -storepass "$TLS_PASSWORD" >/dev/null 2>&1
+  mv "$TLS/truststore.p12.tmp" "$TLS/truststore.p12"
+  say "TLS material generated in $TLS (ca.pem, client.pem, client.key)"
+}
+
 single_config() {
-  node_config single 1 9092 9093 "1@127.0.0.1:9093" "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,SASL_PLAINTEXT://127.0.0.1:9094
-advertised.listeners=PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9094
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+  tls_material
+  node_config single 1 9092 9093 "1@127.0.0.1:9093" "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,SASL_PLAINTEXT://127.0.0.1:9094,SSL://127.0.0.1:9095
+advertised.listeners=PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9094,SSL://127.0.0.1:9095
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$TLS/broker.p12
+ssl.keystore.password=$TLS_PASSWORD
+ssl.key.password=$TLS_PASSWORD
+ssl.truststore.type=PKCS12
+ssl.truststore.location=$TLS/truststore.p12
+ssl.truststore.password=$TLS_PASSWORD
+ssl.client.auth=required
 sasl.enabled.mechanisms=PLAIN
 listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"$SASL_USER\" password=\"$SASL_PASSWORD\" user_$SASL_USER=\"$SASL_PASSWORD\";
 offsets.topic.replication.factor=1
@@ -197,7 +238,7 @@ start_single() {
   launch_node single 9092
   wait_ready 127.0.0.1:9092 single
   create_topic 127.0.0.1:9092 "$TOPIC_DEFAULT" "$PARTITIONS_DEFAULT" 1
-  say "broker ready on 127.0.0.1:9092 (SASL/PLAIN on :9094) with topic $TOPIC_DEFAULT ($PARTITIONS_DEFAULT partitions) in $((SECONDS - t0)) s"
+  say "broker ready on 127.0.0.1:9092 (SASL/PLAIN on :9094, TLS on :9095) with topic $TOPIC_DEFAULT ($PARTITIONS_DEFAULT partitions) in $((SECONDS - t0)) s"
 }
 
 start_cluster() {
@@ -280,6 +321,6 @@ case $cmd in
   start-node)
     n=${args[0]:?node number 1-3}; write_log4j
     launch_node "node$n" "${n}9092"; wait_ready "127.0.0.1:${n}9092" "node$n"; say "node$n back on 127.0.0.1:${n}9092" ;;
-  help|-h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' ;;
+  help|-h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) die "unknown command '$cmd' (try: $0 help)" ;;
 esac

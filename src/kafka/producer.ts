@@ -58,6 +58,8 @@ export interface DeliveryTicket {
 
 /** librdkafka's default `message.max.bytes`; overridable through MQ_OPT_MESSAGE_MAX_BYTES. */
 const DEFAULT_MESSAGE_MAX_BYTES = 1_000_000;
+/** syslog levels, as librdkafka's log events use them. */
+const LOG_WARNING = 4;
 /** How often librdkafka's callbacks (error reports, statistics) are served to JavaScript. */
 const POLL_INTERVAL_MS = 10;
 const RECONNECT_DELAY_MS = 1_000;
@@ -159,6 +161,7 @@ export class TrackProducer {
   private readonly deliveryFailures: Throttled;
   private readonly connectFailures: Throttled;
   private readonly brokerErrors: Throttled;
+  private readonly clientLog: Throttled;
   private graceTimer: NodeJS.Timeout | null = null;
   private readonly acceptingWaiters = new Set<() => void>();
   private metadataTimer: NodeJS.Timeout | null = null;
@@ -185,11 +188,17 @@ export class TrackProducer {
     this.deliveryFailures = new Throttled(log, 'error', 'kafka delivery failed for accepted points');
     this.connectFailures = new Throttled(log, 'warn', 'cannot connect to kafka; retrying');
     this.brokerErrors = new Throttled(log, 'warn', 'kafka client error');
+    // node-rdkafka's error events carry only the code's name ("ssl error"); librdkafka says why in its
+    // log ("SSL handshake failed: ... certificate verify failed"), warnings and worse passed on here.
+    this.clientLog = new Throttled(log, 'warn', 'librdkafka');
     metrics.setQueueSource(() => ({ points: this.queuedPoints, bytes: this.queuedBytes }));
     metrics.setSpillSource(() => journal.bytes);
     this.producer.on('delivery-report', (err, report) => this.onDelivery(err, report));
     this.producer.on('event.error', (err) => this.onError(err));
     this.producer.on('event.stats', (event: { message: string }) => this.onStats(event.message));
+    this.producer.on('event.log', (event: { severity: number; fac: string; message: string }) => {
+      if (event.severity <= LOG_WARNING) this.clientLog.report({ severity: event.severity, fac: event.fac, message: event.message });
+    });
   }
 
   /** Connects in the background and keeps retrying; until then tryEnqueue refuses with 'connecting'. */

@@ -1,6 +1,7 @@
 // What an SRE relies on: one scrape covers all workers, readiness follows the broker, logs stay
-// quiet when errors repeat, and SASL/PLAIN works. The last test stops and restarts the local broker.
+// quiet when errors repeat, and SASL/PLAIN and TLS work. The last test stops and restarts the local broker.
 import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BROKERS, consumeAll, createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
@@ -132,6 +133,43 @@ describe('SASL/PLAIN', () => {
       expect((await fetch(`${svc.url}/readyz`)).status).toBe(503);
       expect((await postTrack(svc.url, [point('sasl-bad')])).status).toBe(500);
       expect(svc.output.join('\n')).toMatch(/authentication fail/i);
+    } finally {
+      await svc.stop('SIGKILL');
+    }
+  });
+});
+
+describe('TLS with client certificates (the local broker\'s :9095, scripts/kafka.sh)', () => {
+  const TLS_DIR = fileURLToPath(new URL('../../.run/kafka/tls/', import.meta.url));
+  const tls = (caFile: string) => ({
+    MQ_BROKERS: '127.0.0.1:9095',
+    MQ_TOPIC: topic,
+    MQ_OPT_SECURITY_PROTOCOL: 'SSL',
+    MQ_OPT_SSL_CA_LOCATION: TLS_DIR + caFile,
+    MQ_OPT_SSL_CERTIFICATE_LOCATION: TLS_DIR + 'client.pem',
+    MQ_OPT_SSL_KEY_LOCATION: TLS_DIR + 'client.key',
+  });
+
+  it('produces over TLS when the broker\'s CA is configured', async () => {
+    expect(existsSync(TLS_DIR + 'ca.pem'), 'restart the local broker (scripts/kafka.sh stop; scripts/kafka.sh start) to get its TLS listener').toBe(true);
+    const svc = await startService(tls('ca.pem'));
+    try {
+      expect((await postTrack(svc.url, [point('tls-ok')])).status).toBe(202);
+    } finally {
+      expect(await svc.stop()).toBe(0);
+    }
+    const got = await consumeAll(topic, { expected: 1, idleMs: 0 });
+    expect(got.filter((m) => m.key === 'tls-ok')).toHaveLength(1);
+  });
+
+  it('refuses a broker whose certificate it cannot verify, and says so', async () => {
+    // The client's own certificate as the only CA: the broker's certificate does not chain to it.
+    const svc = await startService(tls('client.pem'), { waitFor: 'healthy' });
+    try {
+      await new Promise((r) => setTimeout(r, 2_000));
+      expect((await fetch(`${svc.url}/readyz`)).status).toBe(503);
+      expect((await postTrack(svc.url, [point('tls-bad')])).status).toBe(500);
+      expect(svc.output.join('\n')).toMatch(/certificate verify failed/i);
     } finally {
       await svc.stop('SIGKILL');
     }
