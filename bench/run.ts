@@ -11,6 +11,7 @@ import { producerSettings } from '../src/kafka/producer.js';
 import { BROKERS, createTopic, deleteTopic } from '../test/helpers/kafka.js';
 import { freePort } from '../test/helpers/service.js';
 import { cpuModel, cpuSeconds, peakRssBytes, processTree } from './lib/procfs.js';
+import { pacedLoad } from './lib/paced-load.js';
 import { markdown, svgChart, type ScenarioResult } from './lib/report.js';
 import { startTarget, type Impl } from './lib/targets.js';
 
@@ -26,6 +27,8 @@ const IMPLS = (env.BENCH_IMPLS ?? 'ours:1,ours:2,baseline:1').split(',').map((s)
   return { impl: impl as Impl, workers: Number(workers ?? 1) };
 });
 const ONLY = env.BENCH_ONLY; // "design" or "saturation"
+// The design load also through autocannon's own fixed rate (`-R`), for comparison (see paced-load.ts).
+const DESIGN_AUTOCANNON = env.BENCH_DESIGN_AUTOCANNON !== '0';
 const RUN_ID = `r${Date.now().toString(36)}`;
 
 interface Shape {
@@ -35,6 +38,16 @@ interface Shape {
   connections: number;
   rate: number | null; // requests per second overall, or null for closed loop
   seconds: number;
+  generator: 'paced' | 'autocannon';
+}
+
+/** What the scenarios read from a load run, whichever generator made it. */
+interface LoadResult {
+  requests: number;
+  ok2xx: number;
+  non2xx: number;
+  errors: number;
+  latencyMs: ScenarioResult['latencyMs'];
 }
 
 function body(points: number): string {
@@ -45,7 +58,11 @@ function body(points: number): string {
   return JSON.stringify(out);
 }
 
-function load(url: string, payload: string, shape: Shape, seconds: number, threads: number): Promise<autocannon.Result> {
+async function load(url: string, payload: string, shape: Shape, seconds: number, threads: number): Promise<LoadResult> {
+  if (shape.generator === 'paced' && shape.rate !== null) {
+    const r = await pacedLoad({ url, path: '/track', body: payload, connections: shape.connections, rate: shape.rate, seconds });
+    return r;
+  }
   const opts: autocannon.Options = {
     url: `${url}/track`,
     method: 'POST',
@@ -58,7 +75,15 @@ function load(url: string, payload: string, shape: Shape, seconds: number, threa
   // autocannon applies overallRate in each worker thread: divide it among them.
   if (shape.rate !== null) opts.overallRate = Math.round(shape.rate / Math.max(1, threads));
   if (threads > 0) (opts as autocannon.Options & { workers: number }).workers = threads;
-  return autocannon(opts);
+  const r = await autocannon(opts);
+  const l = r.latency as unknown as Record<string, number>;
+  return {
+    requests: r.requests.total,
+    ok2xx: r['2xx'],
+    non2xx: r.non2xx,
+    errors: r.errors + r.timeouts,
+    latencyMs: { p50: r.latency.p50, p90: r.latency.p90, p99: r.latency.p99, p999: l.p99_9 ?? NaN, max: r.latency.max },
+  };
 }
 
 /** A gauge series' value in Prometheus text, or null. */
@@ -114,17 +139,22 @@ async function countDelivered(topic: string, expected: number): Promise<number> 
   return count;
 }
 
+function loadGeneratorName(shape: Shape): string {
+  if (shape.generator === 'paced') return 'paced';
+  return shape.rate === null ? 'autocannon' : 'autocannon -R';
+}
+
 async function runScenario(impl: Impl, workers: number, shape: Shape): Promise<ScenarioResult> {
   const topic = await createTopic(`bench.${RUN_ID}.${impl}${workers}.${shape.name.replace(/[^a-z0-9]+/gi, '-')}`);
   const target = await startTarget(impl, await freePort(), { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS: String(workers) });
   if (impl === 'ours') await new Promise((r) => setTimeout(r, 1_000)); // every worker's producer connected
   const payload = body(shape.points);
-  const label = `${shape.name} ${impl}${impl === 'ours' ? ` W=${workers}` : ''}`;
+  const label = `${shape.name} ${impl}${impl === 'ours' ? ` W=${workers}` : ''}${shape.kind === 'design' ? ` (${loadGeneratorName(shape)})` : ''}`;
   let accepted = 0;
   try {
     if (WARMUP_SECONDS > 0) {
       const warm = await load(target.url, payload, { ...shape, rate: shape.rate === null ? null : shape.rate / 2 }, WARMUP_SECONDS, LOAD_THREADS);
-      accepted += warm['2xx'] * shape.points;
+      accepted += warm.ok2xx * shape.points;
     }
     const pids = processTree(target.proc.pid!);
     const cpu0 = cpuSeconds(pids);
@@ -140,8 +170,8 @@ async function runScenario(impl: Impl, workers: number, shape: Shape): Promise<S
     const gen = process.cpuUsage(gen0);
     const rss = peakRssBytes(pids);
     const metricsAfter = impl === 'ours' ? await (await fetch(`${target.url}/metrics`)).text() : '';
-    accepted += r['2xx'] * shape.points;
-    const pointsInWindow = r['2xx'] * shape.points;
+    accepted += r.ok2xx * shape.points;
+    const pointsInWindow = r.ok2xx * shape.points;
     // Let both implementations finish delivering before they are stopped: the baseline's shutdown
     // does not wait for kafkajs sends in flight, and the comparison is about the steady state.
     await waitForDelivery(topic, accepted);
@@ -159,15 +189,16 @@ async function runScenario(impl: Impl, workers: number, shape: Shape): Promise<S
       connections: shape.connections,
       seconds: shape.seconds,
       targetRate: shape.rate,
-      requests: r.requests.total,
+      loadGenerator: loadGeneratorName(shape),
+      requests: r.requests,
       non2xx: r.non2xx,
-      errors: r.errors + r.timeouts,
-      requestsPerSecond: r['2xx'] / wall,
+      errors: r.errors,
+      requestsPerSecond: r.ok2xx / wall,
       pointsPerSecond: pointsInWindow / wall,
-      latencyMs: { p50: r.latency.p50, p90: r.latency.p90, p99: r.latency.p99, p999: (r.latency as unknown as Record<string, number>).p99_9 ?? NaN, max: r.latency.max },
+      latencyMs: r.latencyMs,
       serviceCpuSeconds: serviceCpu,
       cpuMicrosPerPoint: pointsInWindow > 0 ? (serviceCpu * 1e6) / pointsInWindow : NaN,
-      cpuMicrosPerRequest: r['2xx'] > 0 ? (serviceCpu * 1e6) / r['2xx'] : NaN,
+      cpuMicrosPerRequest: r.ok2xx > 0 ? (serviceCpu * 1e6) / r.ok2xx : NaN,
       pointsPerCpuSecond: serviceCpu > 0 ? pointsInWindow / serviceCpu : NaN,
       servicePeakRssMiB: rss / 2 ** 20,
       loadGeneratorCpuPercent: ((gen.user + gen.system) / 1e6 / wall) * 100,
@@ -198,24 +229,25 @@ async function main() {
     broker: `${BROKERS} (scripts/kafka.sh, Apache Kafka 4.1.1, one broker on the same machine)`,
     'producer (ours)': `librdkafka ${Kafka.librdkafkaVersion}: linger.ms=${settings.global['linger.ms']}, batch.num.messages=${settings.global['batch.num.messages']}, enable.idempotence=${settings.global['enable.idempotence']}, acks=all, partitioner=murmur2_random`,
     'producer (baseline)': 'kafkajs 2.2.4, idempotent, acks=-1, one send() per request, default partitioner (murmur2)',
-    'load generator': `autocannon, ${LOAD_THREADS} worker thread(s), pipelining 1, same process as this runner`,
+    'load generator': `design load: evenly paced open loop (bench/lib/paced-load.ts), one worker thread${DESIGN_AUTOCANNON ? ', and autocannon overallRate for comparison' : ''}; saturation: autocannon, ${LOAD_THREADS} worker thread(s), pipelining 1; both in this runner's process`,
     note: 'load generator, service and broker share the machine: compare ratios and CPU per point, not absolute rates',
   };
   console.log(Object.entries(meta).map(([k, v]) => `${k}: ${v}`).join('\n'));
 
   const shapes: Shape[] = [];
   if (ONLY !== 'saturation') {
-    shapes.push({ name: 'design 100×100', kind: 'design', points: 100, connections: 10, rate: 100, seconds: DESIGN_SECONDS });
-    shapes.push({ name: 'design 10000×1', kind: 'design', points: 1, connections: 50, rate: 10_000, seconds: DESIGN_SECONDS });
+    shapes.push({ name: 'design 100×100', kind: 'design', points: 100, connections: 10, rate: 100, seconds: DESIGN_SECONDS, generator: 'paced' });
+    shapes.push({ name: 'design 10000×1', kind: 'design', points: 1, connections: 50, rate: 10_000, seconds: DESIGN_SECONDS, generator: 'paced' });
   }
   if (ONLY !== 'design') {
-    for (const b of BATCHES) shapes.push({ name: `batch ${b}`, kind: 'saturation', points: b, connections: b >= 1000 ? 8 : 32, rate: null, seconds: SAT_SECONDS });
+    for (const b of BATCHES) shapes.push({ name: `batch ${b}`, kind: 'saturation', points: b, connections: b >= 1000 ? 8 : 32, rate: null, seconds: SAT_SECONDS, generator: 'autocannon' });
   }
   const results: ScenarioResult[] = [];
   for (const shape of shapes) {
     console.log(`${shape.name}:`);
     const impls = shape.kind === 'design' ? [{ impl: 'ours' as Impl, workers: config.workers }, { impl: 'baseline' as Impl, workers: 1 }] : IMPLS;
     for (const { impl, workers } of impls) results.push(await runScenario(impl, workers, shape));
+    if (shape.kind === 'design' && DESIGN_AUTOCANNON) results.push(await runScenario('ours', config.workers, { ...shape, generator: 'autocannon' }));
   }
 
   const dir = new URL('../../bench/results/', import.meta.url);

@@ -10,6 +10,8 @@ export interface ScenarioResult {
   connections: number;
   seconds: number;
   targetRate: number | null;
+  /** 'paced' (bench/lib/paced-load.ts), 'autocannon -R' (overallRate) or 'autocannon' (closed loop). */
+  loadGenerator: string;
   requests: number;
   non2xx: number;
   errors: number;
@@ -40,12 +42,13 @@ export function markdown(meta: Record<string, string>, results: ScenarioResult[]
   for (const [k, v] of Object.entries(meta)) lines.push(`- ${k}: ${v}`);
   lines.push('');
   lines.push('## Design load (fixed rate, 10,000 points/s)', '');
-  lines.push('| scenario | impl | workers | req/s | points/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | non-2xx | errors | delivered / accepted | lost | delivery p50 / p99 ms | CPU µs/point |');
-  lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+  lines.push('| scenario | impl | workers | load generator | req/s | points/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | non-2xx | errors | delivered / accepted | lost | delivery p50 / p99 ms | CPU µs/point |');
+  lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const r of results.filter((x) => x.kind === 'design')) {
     const l = r.latencyMs;
     const d = r.deliveryLatencyMs === null ? 'n/a' : `${f(r.deliveryLatencyMs.p50, 1)} / ${f(r.deliveryLatencyMs.p99, 1)}`;
-    lines.push(`| ${r.name} | ${r.impl} | ${r.workers} | ${f(r.requestsPerSecond)} | ${f(r.pointsPerSecond)} | ${l.p50} | ${l.p90} | ${l.p99} | ${l.p999} | ${l.max} | ${r.non2xx} | ${r.errors} | ${r.delivered === null ? 'n/a' : f(r.delivered)} / ${f(r.accepted)} | ${lost(r)} | ${d} | ${f(r.cpuMicrosPerPoint, 2)} |`);
+    const ms = (v: number) => f(v, r.loadGenerator === 'paced' ? 1 : 0);
+    lines.push(`| ${r.name} | ${r.impl} | ${r.workers} | ${r.loadGenerator} | ${f(r.requestsPerSecond)} | ${f(r.pointsPerSecond)} | ${ms(l.p50)} | ${ms(l.p90)} | ${ms(l.p99)} | ${ms(l.p999)} | ${ms(l.max)} | ${r.non2xx} | ${r.errors} | ${r.delivered === null ? 'n/a' : f(r.delivered)} / ${f(r.accepted)} | ${lost(r)} | ${d} | ${f(r.cpuMicrosPerPoint, 2)} |`);
   }
   lines.push('');
   lines.push('## Saturation (closed loop)', '');
