@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help install build run test test-faults test-image test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench bench-report-cost clean
+.PHONY: help install build run test test-faults test-image test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench bench-floor clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -47,9 +47,9 @@ bench: build ## the benchmark suite against a local Kafka (about 8 minutes; see 
 	@npx tsc -p .
 	@scripts/with-broker.sh node dist/bench/run.js
 
-bench-report-cost: build ## CPU per message with a delivery report per message vs failures only (why ACK_MODE=async has no latency histogram)
+bench-floor: build ## CPU per point of each stage alone: parse, zod, encode, the node-rdkafka producer (failure reports only vs a report per message)
 	@npx tsc -p .
-	@scripts/with-broker.sh node dist/bench/report-cost.js
+	@scripts/with-broker.sh node dist/bench/floor.js
 
 fuzz: build ## 1,000,000 hostile bodies against a running worker: no crash, JSON 4xx answers, RSS curve
 	@npx tsc -p .

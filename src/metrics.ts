@@ -144,9 +144,9 @@ export function createWorkerMetrics(workerId: string) {
     registers,
   });
   // Per message only where a delivery report per message exists anyway: ACK_MODE=delivered. In async
-  // mode librdkafka reports failures only, because a report per message costs node-rdkafka 3.7–5.4 µs
-  // of CPU per message (`make bench-report-cost`: 3.0 → 6.7–8.3 µs per message produced), more than
-  // everything else a point costs; there the statistics windows below are the estimate.
+  // mode librdkafka reports failures only, because a report per message doubles the producer's CPU per
+  // message (`make bench-floor`: 3.1–4.3 µs → 6.7–8.1 µs), more than parsing, validating and encoding
+  // a point cost together; there the statistics windows below are the estimate.
   const deliveryLatency = new Histogram({
     name: `${METRIC_PREFIX}delivery_latency_seconds`,
     help: 'ACK_MODE=delivered: per message, from produce() to the delivery report of its Kafka acknowledgement.',

@@ -61,3 +61,19 @@ export function cpuModel(): string {
   const m = /^model name\s*:\s*(.+)$/m.exec(readFileSync('/proc/cpuinfo', 'utf8'));
   return m?.[1] ?? 'unknown';
 }
+
+/** CPU seconds of this process so far by thread name ("node", "rdk:broker1", …; digits folded to #). */
+export function threadCpuSeconds(): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const tid of readdirSync('/proc/self/task')) {
+    try {
+      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')).replace(/\d+$/, '#');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      out[name] = (out[name] ?? 0) + (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
+    } catch {
+      /* thread gone */
+    }
+  }
+  return out;
+}

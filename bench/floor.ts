@@ -1,0 +1,153 @@
+// `make bench-floor`: what one point costs in each stage of this design, measured alone, so that the
+// suite's CPU per point can be read against a floor. In one process, for the suite's 100-point body:
+//   1. reading the body (UTF-8 check, decode, JSON.parse), validating (zod) and encoding, through
+//      the service's own functions, repeated FLOOR_REQUESTS (20,000) times;
+//   2. the node-rdkafka producer alone with the service's settings (producerSettings), failure
+//      reports only as in ACK_MODE=async: FLOOR_MESSAGES (1,000,000) of the encoded values, with the
+//      CPU of the JavaScript thread and of librdkafka's threads apart (/proc/self/task);
+//   3. the same with a delivery report for every message (what a per-message latency histogram in
+//      ACK_MODE=async would cost, and why it has none).
+//   4. HTTP alone: uWebSockets.js answering 202 to every 1-point POST without looking at it
+//      (bench/lib/bare-http.ts, its own process), under autocannon for FLOOR_HTTP_SECONDS (5 s), with
+//      the suite's 32 connections: CPU per request of that process (user and kernel time, /proc).
+// Each producer run is repeated twice, alternating.
+import { spawn } from 'node:child_process';
+import { isUtf8 } from 'node:buffer';
+import { fileURLToPath } from 'node:url';
+import autocannon from 'autocannon';
+import Kafka from 'node-rdkafka';
+import { loadConfig } from '../src/config.js';
+import { producerSettings } from '../src/kafka/producer.js';
+import { encodePoints } from '../src/track-point/encode.js';
+import { validatePoints, type TrackPoint } from '../src/track-point/schema.js';
+import { BROKERS, createTopic, deleteTopic, uniqueTopic } from '../test/helpers/kafka.js';
+import { freePort } from '../test/helpers/service.js';
+import { cpuSeconds, threadCpuSeconds } from './lib/procfs.js';
+
+const REQUESTS = Number(process.env.FLOOR_REQUESTS ?? 20_000);
+const MESSAGES = Number(process.env.FLOOR_MESSAGES ?? 1_000_000);
+const HTTP_SECONDS = Number(process.env.FLOOR_HTTP_SECONDS ?? 5);
+const POINTS = 100;
+const CHUNK = 20_000; // produced per timer tick, so that librdkafka's callbacks are served in between
+
+const body = Buffer.from(
+  JSON.stringify(
+    Array.from({ length: POINTS }, (_, i) => ({ container_id: `floor-c${i % 64}`, lat: 51.9 + i / 1e4, lon: 4.4 - i / 1e4, timestamp: '2024-05-01T12:00:00.123Z', speed: i % 30 })),
+  ),
+);
+
+const cpuMicros = (since: NodeJS.CpuUsage) => {
+  const d = process.cpuUsage(since);
+  return d.user + d.system;
+};
+
+/** Stage by stage, the service's functions on one body; µs of CPU per point. */
+function stages(): Record<string, number> {
+  let sink = 0;
+  const run = (fn: () => void) => {
+    for (let i = 0; i < REQUESTS / 10; i++) fn(); // warm-up (JIT)
+    const t = process.cpuUsage();
+    for (let i = 0; i < REQUESTS; i++) fn();
+    return cpuMicros(t) / (REQUESTS * POINTS);
+  };
+  const parse = () => JSON.parse(body.toString('utf8')) as unknown[];
+  const parsed = parse();
+  const valid = validatePoints(parsed);
+  if (!valid.ok) throw new Error('the floor body does not validate');
+  const points: TrackPoint[] = valid.points;
+  return {
+    'UTF-8 check, decode, JSON.parse': run(() => {
+      if (isUtf8(body)) sink += parse().length;
+    }),
+    'zod validation (validatePoints)': run(() => {
+      sink += validatePoints(parsed).ok ? 1 : 0;
+    }),
+    'encoding (encodePoints)': run(() => {
+      sink += encodePoints(points).bytes;
+    }),
+    ...(sink < 0 ? { never: 0 } : {}),
+  };
+}
+
+type Reports = 'failures only' | 'every message';
+
+async function produce(topic: string, reports: Reports): Promise<{ js: number; librdkafka: number; total: number; reports: number }> {
+  const config = loadConfig({ ...process.env, MQ_BROKERS: BROKERS, MQ_TOPIC: topic, PRODUCER_QUEUE_MAX_POINTS: String(MESSAGES), PRODUCER_QUEUE_MAX_BYTES: String(1024 * MESSAGES) });
+  const settings = producerSettings(config, 'bench-floor');
+  const global: Kafka.ProducerGlobalConfig = { ...settings.global, 'statistics.interval.ms': 0 };
+  if (reports === 'every message') Object.assign(global, { dr_msg_cb: false, dr_cb: true, 'delivery.report.only.error': false });
+  const producer = new Kafka.Producer(global, settings.topic);
+  let reported = 0;
+  producer.on('delivery-report', () => reported++);
+  producer.setPollInterval(10);
+  await new Promise<void>((resolve, reject) => producer.connect({}, (err) => (err ? reject(err) : resolve())));
+  const valid = validatePoints(JSON.parse(body.toString('utf8')) as unknown[]);
+  if (!valid.ok) throw new Error('the floor body does not validate');
+  const encoded = encodePoints(valid.points);
+  // Copies: encodePoints' values are views into a scratch buffer that the next call reuses.
+  const values = encoded.values.map((v) => Buffer.from(v));
+  const keys = encoded.keys;
+
+  const threads0 = threadCpuSeconds();
+  let sent = 0;
+  while (sent < MESSAGES) {
+    const now = Date.now();
+    for (const end = Math.min(MESSAGES, sent + CHUNK); sent < end; sent++) producer.produce(topic, null, values[sent % POINTS]!, keys[sent % POINTS], now);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  await new Promise<void>((resolve, reject) => producer.flush(60_000, (err) => (err ? reject(err) : resolve())));
+  while (reports === 'every message' && reported < MESSAGES) await new Promise((r) => setTimeout(r, 10));
+  const threads1 = threadCpuSeconds();
+  await new Promise<void>((resolve) => producer.disconnect(() => resolve()));
+  let js = 0;
+  let librdkafka = 0;
+  for (const [name, seconds] of Object.entries(threads1)) {
+    const used = (seconds - (threads0[name] ?? 0)) * 1e6;
+    if (name.startsWith('rdk:')) librdkafka += used;
+    else js += used;
+  }
+  return { js: js / MESSAGES, librdkafka: librdkafka / MESSAGES, total: (js + librdkafka) / MESSAGES, reports: reported };
+}
+
+/** CPU per request of a bare uWebSockets.js process answering 202, under closed-loop load. */
+async function httpFloor(): Promise<{ perRequest: number; requestsPerSecond: number }> {
+  const port = await freePort();
+  const server = spawn(process.execPath, [fileURLToPath(new URL('./lib/bare-http.js', import.meta.url)), String(port)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  try {
+    await new Promise<void>((resolve) => server.stdout.once('data', () => resolve()));
+    const point = JSON.stringify([{ container_id: 'floor-c1', lat: 51.9, lon: 4.4, timestamp: '2024-05-01T12:00:00.123Z', speed: 3 }]);
+    const opts = { url: `http://127.0.0.1:${port}/track`, method: 'POST' as const, body: point, headers: { 'content-type': 'application/json' }, connections: 32, pipelining: 1 };
+    await autocannon({ ...opts, duration: 1 }); // warm-up
+    const cpu0 = cpuSeconds([server.pid!]);
+    const r = await autocannon({ ...opts, duration: HTTP_SECONDS });
+    const used = cpuSeconds([server.pid!]) - cpu0;
+    return { perRequest: (used * 1e6) / r['2xx'], requestsPerSecond: r['2xx'] / HTTP_SECONDS };
+  } finally {
+    server.kill();
+  }
+}
+
+const f = (n: number) => n.toFixed(2);
+console.log(`node ${process.version}, librdkafka ${Kafka.librdkafkaVersion}, ${POINTS}-point body of ${body.length} bytes`);
+console.log(`\nstages, ${REQUESTS} bodies (µs of CPU per point):`);
+const s = stages();
+for (const [name, us] of Object.entries(s)) console.log(`  ${name.padEnd(34)} ${f(us)}`);
+const topic = await createTopic(uniqueTopic('floor'));
+try {
+  console.log(`\nnode-rdkafka producer, ${MESSAGES} messages, the service's settings (µs of CPU per message):`);
+  const producerFloor: number[] = [];
+  for (const reports of ['failures only', 'every message', 'failures only', 'every message'] as const) {
+    const r = await produce(topic, reports);
+    if (reports === 'failures only') producerFloor.push(r.total);
+    console.log(`  reports for ${reports.padEnd(13)}: JavaScript thread ${f(r.js)} + librdkafka threads ${f(r.librdkafka)} = ${f(r.total)}  (${r.reports} reports)`);
+  }
+  const stagesTotal = Object.values(s).reduce((a, b) => a + b, 0);
+  const low = Math.min(...producerFloor);
+  const http = await httpFloor();
+  console.log(`\nHTTP alone (uWebSockets.js answering 202, 1-point bodies, 32 connections, ${HTTP_SECONDS} s): ${f(http.perRequest)} µs of CPU per request at ${Math.round(http.requestsPerSecond)} requests/s`);
+  console.log(`\nfloor per point at ${POINTS} points per request: stages ${f(stagesTotal)} + producer ${f(low)} + HTTP ${f(http.perRequest / POINTS)} = ${f(stagesTotal + low + http.perRequest / POINTS)} µs of CPU`);
+  console.log(`floor per request at 1 point per request: HTTP ${f(http.perRequest)} + producer ${f(low)} = ${f(http.perRequest + low)} µs of CPU (stages not included)`);
+} finally {
+  await deleteTopic(topic);
+}
+process.exit(0);
