@@ -19,6 +19,7 @@ export const DEFAULTS = {
   STANDBY_WORKER: '1',
   ACK_MODE: 'async',
   DELIVERY_TIMEOUT_MS: '10000',
+  DELIVERY_LATENCY_HISTOGRAM: '0',
   SPILL_DIR: 'spill',
   SPILL_MAX_BYTES: '1073741824',
   LOG_LEVEL: 'info',
@@ -72,6 +73,8 @@ export interface Config {
   ackMode: AckMode;
   /** delivered mode: librdkafka's message.timeout.ms, the longest a request waits for Kafka. */
   deliveryTimeoutMs: number;
+  /** async mode: ask librdkafka for a report per message to fill the delivery latency histogram (costs CPU). */
+  deliveryLatencyHistogram: boolean;
   spillDir: string;
   spillMaxBytes: number;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
@@ -137,6 +140,7 @@ const EnvSchema = z.object({
   STANDBY_WORKER: z.enum(['0', '1'], { error: 'must be 0 or 1' }).transform((v) => v === '1'),
   ACK_MODE: z.enum(['async', 'delivered']),
   DELIVERY_TIMEOUT_MS: wholeNumber(1_000, 3_600_000),
+  DELIVERY_LATENCY_HISTOGRAM: z.enum(['0', '1'], { error: 'must be 0 or 1' }).transform((v) => v === '1'),
   SPILL_DIR: z.string().min(1),
   SPILL_MAX_BYTES: wholeNumber(1024 * 1024, 2 ** 50),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
@@ -171,6 +175,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     standbyWorker: e.STANDBY_WORKER,
     ackMode: e.ACK_MODE,
     deliveryTimeoutMs: e.DELIVERY_TIMEOUT_MS,
+    deliveryLatencyHistogram: e.DELIVERY_LATENCY_HISTOGRAM,
     spillDir: e.SPILL_DIR,
     spillMaxBytes: e.SPILL_MAX_BYTES,
     logLevel: e.LOG_LEVEL,

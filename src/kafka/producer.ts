@@ -88,8 +88,9 @@ export function producerSettings(config: Config, clientId: string): { global: Ka
     'statistics.interval.ms': STATS_INTERVAL_MS,
     'socket.keepalive.enable': true,
     ...(config.ackMode === 'async'
-      ? // Reports only for failed messages (see the top of this file), with the message to spill.
-        { dr_msg_cb: true, 'delivery.report.only.error': true }
+      ? // Reports only for failed messages (see the top of this file), with the message to spill;
+        // for every message when DELIVERY_LATENCY_HISTOGRAM=1 asks for the latency of each.
+        { dr_msg_cb: true, 'delivery.report.only.error': !config.deliveryLatencyHistogram }
       : // A report per message; a request waits for Kafka at most DELIVERY_TIMEOUT_MS.
         { dr_cb: true, 'delivery.report.only.error': false, 'message.timeout.ms': config.deliveryTimeoutMs }),
     // librdkafka accepts topic-level properties here too and applies them to every topic.
@@ -440,7 +441,11 @@ export class TrackProducer {
         this.deliveryFailures.report({ code, message: err.message, partition: report.partition, spilled: this.spill(report) });
       }
     }
-    if (ticket === undefined) return;
+    if (ticket === undefined) {
+      // ACK_MODE=async with DELIVERY_LATENCY_HISTOGRAM=1: the message's timestamp is its enqueue time (ms).
+      if (!err && report.timestamp !== undefined) this.metrics.deliveryLatency.observe(Math.max(0, Date.now() - report.timestamp) / 1000);
+      return;
+    }
     if (!err) this.metrics.deliveryLatency.observe((performance.now() - ticket.enqueuedAt) / 1000);
     if (--ticket.remaining === 0) ticket.settle(ticket);
   }

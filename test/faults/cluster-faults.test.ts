@@ -101,6 +101,8 @@ describe('on a 3-broker cluster under load', () => {
   it('all three brokers killed for 30 s: every 202 reaches Kafka, no hang, no worker lost, every worker serves again', { timeout: 300_000 }, async () => {
     const topic = await clusterTopic('outage');
     const svc = await startService({ MQ_BROKERS: CLUSTER, MQ_TOPIC: topic, WORKERS: '2' });
+    // The service is ready once one worker is; the other may still be starting.
+    await until('both workers running', async () => workerPids(svc).length === 2);
     const pidsBefore = workerPids(svc);
     const load = new AccountedLoad(svc.url);
     let outageMs = 0;

@@ -5,7 +5,7 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BROKERS, consumeAll, createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
-import { metricValue, point, postFresh, postTrack, startService, until, type Service } from '../helpers/service.js';
+import { metric, metricValue, point, postFresh, postTrack, startService, until, type Service } from '../helpers/service.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
 let topic: string;
@@ -82,7 +82,7 @@ describe('GET /metrics with WORKERS=2', () => {
   });
 });
 
-describe('delivery latency with ACK_MODE=delivered', () => {
+describe('delivery latency histogram', () => {
   it('observes every acknowledged message, from produce() to its report', async () => {
     const svc = await startService({ MQ_TOPIC: topic, ACK_MODE: 'delivered' });
     try {
@@ -99,6 +99,22 @@ describe('delivery latency with ACK_MODE=delivered', () => {
       const sum = metricValue(text, 'ingest_delivery_latency_seconds_sum');
       expect(sum).toBeGreaterThan(15 * 0.005);
       expect(sum).toBeLessThan(15 * elapsedS);
+    } finally {
+      expect(await svc.stop()).toBe(0);
+    }
+  });
+
+  it('observes every message in ACK_MODE=async when DELIVERY_LATENCY_HISTOGRAM=1', async () => {
+    const svc = await startService({ MQ_TOPIC: topic, DELIVERY_LATENCY_HISTOGRAM: '1' });
+    try {
+      for (let i = 0; i < 3; i++) {
+        expect((await postTrack(svc.url, Array.from({ length: 5 }, () => point(`alat${i}`)))).status).toBe(202);
+      }
+      // The 202s came before Kafka's acknowledgements: wait for the reports.
+      await until('15 delivery reports', async () => (await metric(svc.url, 'ingest_delivery_latency_seconds_count')) === 15);
+      const text = await (await fetch(`${svc.url}/metrics`)).text();
+      expect(metricValue(text, 'ingest_delivery_latency_seconds_bucket{le="10"}')).toBe(15);
+      expect(metricValue(text, 'ingest_delivery_latency_seconds_sum')).toBeGreaterThan(15 * 0.005);
     } finally {
       expect(await svc.stop()).toBe(0);
     }
