@@ -3,6 +3,7 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
+    setupFiles: ['test/setup.ts'],
     // Integration tests start real service processes and share one broker on a 2-core machine:
     // one file at a time keeps them from starving each other.
     fileParallelism: false,

@@ -15,6 +15,28 @@ process.on('exit', () => {
   for (const p of running) p.kill('SIGKILL');
 });
 
+/**
+ * Stops the services a test file left running (a failed assertion before its stop()): SIGTERM, then
+ * SIGKILL after 10 s. Run after every test file (test/setup.ts), so that a failure does not leave a
+ * service, its workers and their producers behind.
+ */
+export async function stopLeftoverServices(): Promise<void> {
+  await Promise.all(
+    [...running].map(
+      (p) =>
+        new Promise<void>((resolve) => {
+          if (p.exitCode !== null || p.signalCode !== null) return resolve();
+          const timer = setTimeout(() => p.kill('SIGKILL'), 10_000);
+          p.once('exit', () => {
+            clearTimeout(timer);
+            resolve();
+          });
+          p.kill('SIGTERM');
+        }),
+    ),
+  );
+}
+
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
