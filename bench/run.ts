@@ -60,8 +60,7 @@ function body(points: number): string {
 
 async function load(url: string, payload: string, shape: Shape, seconds: number, threads: number): Promise<LoadResult> {
   if (shape.generator === 'paced' && shape.rate !== null) {
-    const r = await pacedLoad({ url, path: '/track', body: payload, connections: shape.connections, rate: shape.rate, seconds });
-    return r;
+    return pacedLoad({ url, path: '/track', body: payload, connections: shape.connections, rate: shape.rate, seconds });
   }
   const opts: autocannon.Options = {
     url: `${url}/track`,
