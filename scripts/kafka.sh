@@ -110,9 +110,11 @@ EOF
 # sign NAME SUBJECT [SUBJECT_ALT_NAME]: a key and a certificate signed by the local CA, both PEM.
 sign() {
   local name=$1 subject=$2 san=${3:-}
-  openssl req -newkey rsa:2048 -nodes -keyout "$TLS/$name.key" -out "$TLS/$name.csr" -subj "$subject" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -keyout "$TLS/$name.key" -out "$TLS/$name.csr" -subj "$subject" 2>"$TLS/openssl.log" \
+    || { cat "$TLS/openssl.log" >&2; die "openssl could not create the $name key"; }
   openssl x509 -req -in "$TLS/$name.csr" -CA "$TLS/ca.pem" -CAkey "$TLS/ca.key" -CAcreateserial -days 3650 \
-    -out "$TLS/$name.pem" ${san:+-extfile <(printf 'subjectAltName=%s' "$san")} 2>/dev/null
+    -out "$TLS/$name.pem" ${san:+-extfile <(printf 'subjectAltName=%s' "$san")} 2>"$TLS/openssl.log" \
+    || { cat "$TLS/openssl.log" >&2; die "openssl could not sign the $name certificate"; }
   rm -f "$TLS/$name.csr"
 }
 
@@ -121,13 +123,15 @@ tls_material() {
   command -v openssl >/dev/null || die "openssl not found: install it (apt-get install openssl)"
   rm -rf "$TLS"; mkdir -p "$TLS"
   openssl req -x509 -newkey rsa:2048 -nodes -keyout "$TLS/ca.key" -out "$TLS/ca.pem" -days 3650 \
-    -subj "/CN=track-ingest local CA" 2>/dev/null
+    -subj "/CN=track-ingest local CA" 2>"$TLS/openssl.log" || { cat "$TLS/openssl.log" >&2; die "openssl could not create the CA"; }
   sign broker "/CN=localhost" "IP:127.0.0.1,DNS:localhost"
   sign client "/CN=track-ingest"
   openssl pkcs12 -export -in "$TLS/broker.pem" -inkey "$TLS/broker.key" -certfile "$TLS/ca.pem" -name broker \
-    -out "$TLS/broker.p12" -passout "pass:$TLS_PASSWORD"
+    -out "$TLS/broker.p12" -passout "pass:$TLS_PASSWORD" || die "openssl could not write the broker keystore"
   keytool -importcert -noprompt -alias ca -file "$TLS/ca.pem" -keystore "$TLS/truststore.p12.tmp" \
-    -storetype PKCS12 -storepass "$TLS_PASSWORD" >/dev/null 2>&1
+    -storetype PKCS12 -storepass "$TLS_PASSWORD" >"$TLS/keytool.log" 2>&1 \
+    || { cat "$TLS/keytool.log" >&2; die "keytool could not write the truststore"; }
+  rm -f "$TLS/openssl.log" "$TLS/keytool.log"
   mv "$TLS/truststore.p12.tmp" "$TLS/truststore.p12"
   say "TLS material generated in $TLS (ca.pem, client.pem, client.key)"
 }
