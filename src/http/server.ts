@@ -121,14 +121,12 @@ export class HttpServer {
     this.draining = true;
     if (this.listenSocket !== null) uWS.us_listen_socket_close(this.listenSocket);
     this.listenSocket = null;
-    const deadline = Date.now() + timeoutMs;
-    while (this.bodiesInFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    await pollUntil(() => this.bodiesInFlight === 0, timeoutMs);
   }
 
   /** ACK_MODE=delivered: waits (at most timeoutMs) until every accepted request has been answered. */
   async settled(timeoutMs: number): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    while (this.awaitingDelivery > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    await pollUntil(() => this.awaitingDelivery === 0, timeoutMs);
   }
 
   // ---- POST /track: the hot path ------------------------------------------------------------
@@ -281,4 +279,10 @@ export class HttpServer {
       },
     );
   }
+}
+
+/** Shutdown only: checks `done` every 10 ms until it holds or timeoutMs have passed. */
+async function pollUntil(done: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!done() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
 }

@@ -121,6 +121,31 @@ describe('delivery latency histogram', () => {
   });
 });
 
+/** Starts the service with these settings, posts one point keyed `key` and finds it in the topic. */
+async function expectProducesThrough(env: Record<string, string>, key: string): Promise<void> {
+  const svc = await startService(env);
+  try {
+    expect((await postTrack(svc.url, [point(key)])).status).toBe(202);
+  } finally {
+    expect(await svc.stop()).toBe(0);
+  }
+  const got = await consumeAll(topic, { expected: 1, idleMs: 0 });
+  expect(got.filter((m) => m.key === key)).toHaveLength(1);
+}
+
+/** Starts the service with settings Kafka refuses: it stays unready, answers 500 and logs `why`. */
+async function expectRefusedBroker(env: Record<string, string>, key: string, why: RegExp): Promise<void> {
+  const svc = await startService(env, { waitFor: 'healthy' });
+  try {
+    await new Promise((r) => setTimeout(r, 2_000));
+    expect((await fetch(`${svc.url}/readyz`)).status).toBe(503);
+    expect((await postTrack(svc.url, [point(key)])).status).toBe(500);
+    expect(svc.output.join('\n')).toMatch(why);
+  } finally {
+    await svc.stop('SIGKILL');
+  }
+}
+
 describe('SASL/PLAIN', () => {
   const sasl = (password: string) => ({
     MQ_BROKERS: '127.0.0.1:9094',
@@ -132,26 +157,11 @@ describe('SASL/PLAIN', () => {
   });
 
   it('produces through the SASL listener with the right credentials', async () => {
-    const svc = await startService(sasl('ingest-secret'));
-    try {
-      expect((await postTrack(svc.url, [point('sasl-ok')])).status).toBe(202);
-    } finally {
-      expect(await svc.stop()).toBe(0);
-    }
-    const got = await consumeAll(topic, { expected: 1, idleMs: 0 });
-    expect(got.filter((m) => m.key === 'sasl-ok')).toHaveLength(1);
+    await expectProducesThrough(sasl('ingest-secret'), 'sasl-ok');
   });
 
   it('stays unready and refuses points with wrong credentials, saying why in the log', async () => {
-    const svc = await startService(sasl('wrong'), { waitFor: 'healthy' });
-    try {
-      await new Promise((r) => setTimeout(r, 2_000));
-      expect((await fetch(`${svc.url}/readyz`)).status).toBe(503);
-      expect((await postTrack(svc.url, [point('sasl-bad')])).status).toBe(500);
-      expect(svc.output.join('\n')).toMatch(/authentication fail/i);
-    } finally {
-      await svc.stop('SIGKILL');
-    }
+    await expectRefusedBroker(sasl('wrong'), 'sasl-bad', /authentication fail/i);
   });
 });
 
@@ -168,27 +178,12 @@ describe('TLS with client certificates (the local broker\'s :9095, scripts/kafka
 
   it('produces over TLS when the broker\'s CA is configured', async () => {
     expect(existsSync(TLS_DIR + 'ca.pem'), 'restart the local broker (scripts/kafka.sh stop; scripts/kafka.sh start) to get its TLS listener').toBe(true);
-    const svc = await startService(tls('ca.pem'));
-    try {
-      expect((await postTrack(svc.url, [point('tls-ok')])).status).toBe(202);
-    } finally {
-      expect(await svc.stop()).toBe(0);
-    }
-    const got = await consumeAll(topic, { expected: 1, idleMs: 0 });
-    expect(got.filter((m) => m.key === 'tls-ok')).toHaveLength(1);
+    await expectProducesThrough(tls('ca.pem'), 'tls-ok');
   });
 
   it('refuses a broker whose certificate it cannot verify, and says so', async () => {
     // The client's own certificate as the only CA: the broker's certificate does not chain to it.
-    const svc = await startService(tls('client.pem'), { waitFor: 'healthy' });
-    try {
-      await new Promise((r) => setTimeout(r, 2_000));
-      expect((await fetch(`${svc.url}/readyz`)).status).toBe(503);
-      expect((await postTrack(svc.url, [point('tls-bad')])).status).toBe(500);
-      expect(svc.output.join('\n')).toMatch(/certificate verify failed/i);
-    } finally {
-      await svc.stop('SIGKILL');
-    }
+    await expectRefusedBroker(tls('client.pem'), 'tls-bad', /certificate verify failed/i);
   });
 });
 
