@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help install build run test test-faults test-image test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench bench-floor clean
+.PHONY: help install build run gateway test test-faults test-image test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench bench-floor clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -15,6 +15,9 @@ build: install ## compile TypeScript to dist/
 
 run: build ## start a local Kafka unless MQ_BROKERS is set, then run the service in the foreground
 	@scripts/run.sh
+
+gateway: ## the reference gateway (nginx + Redis rate limits) on GATEWAY_ADDR (127.0.0.1:8000) in front of UPSTREAM_ADDR (127.0.0.1:8080)
+	@scripts/gateway.sh
 
 test: build ## every test against a real broker (started and stopped when none is configured)
 	@scripts/test.sh

@@ -8,4 +8,7 @@ if [[ -n ${VITEST_JSON:-} ]]; then
   mkdir -p "$(dirname "$VITEST_JSON")"
   report=(--reporter=default --reporter=json --outputFile.json="$VITEST_JSON")
 fi
+# The gateway tests start nginx (with Lua and lua-resty-redis), Redis, HAProxy and ApacheBench.
+scripts/need-packages.sh nginx:nginx /usr/lib/nginx/modules/ngx_http_lua_module.so:libnginx-mod-http-lua \
+  /usr/share/lua/5.1/nginx/redis.lua:lua-nginx-redis redis-server:redis-server haproxy:haproxy ab:apache2-utils
 exec scripts/with-broker.sh npx vitest run "${report[@]}" "$@"

@@ -1,5 +1,8 @@
-// Runs in every test file: services a failed test did not stop are stopped when the file is done.
+// Runs in every test file: services and gateways a failed test did not stop are stopped when the file is done.
 import { afterAll } from 'vitest';
+import { stopLeftoverGateways } from './helpers/gateway.js';
 import { stopLeftoverServices } from './helpers/service.js';
 
-afterAll(stopLeftoverServices);
+afterAll(async () => {
+  await Promise.all([stopLeftoverServices(), stopLeftoverGateways()]);
+});

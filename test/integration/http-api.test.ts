@@ -1,10 +1,10 @@
 // Every row of spec section 7 and of the decisions' request table, over real HTTP to the real
 // service (one worker) producing to a real Kafka topic.
-import { connect, type Socket } from 'node:net';
 import { Agent, request } from 'node:http';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
+import { raw } from '../helpers/raw-http.js';
 import { point, postTrack, startService, type Service } from '../helpers/service.js';
 
 let svc: Service;
@@ -24,34 +24,6 @@ afterAll(async () => {
 async function bodyBytesRead(): Promise<number> {
   const text = await (await fetch(`${svc.url}/metrics`)).text();
   return Number(/^ingest_request_body_bytes_total (\d+)/m.exec(text)![1]);
-}
-
-/** A raw HTTP/1.1 exchange: the bytes we send and everything the server answers until it closes or goes quiet. */
-function raw(port: number, write: (s: Socket) => void, quietMs = 300): Promise<{ text: string; closed: boolean }> {
-  return new Promise((resolve) => {
-    const s = connect(port, '127.0.0.1');
-    let text = '';
-    let timer: NodeJS.Timeout;
-    const done = (closed: boolean) => {
-      clearTimeout(timer);
-      s.destroy();
-      resolve({ text, closed });
-    };
-    const arm = () => {
-      clearTimeout(timer);
-      timer = setTimeout(() => done(false), quietMs);
-    };
-    s.on('data', (d) => {
-      text += d.toString();
-      arm();
-    });
-    s.on('close', () => done(true));
-    s.on('error', () => done(true));
-    s.on('connect', () => {
-      write(s);
-      arm();
-    });
-  });
 }
 
 describe('POST /track', () => {

@@ -1,0 +1,153 @@
+// The reference gateway as `make gateway` runs it (scripts/gateway.sh: nginx, and a local Redis unless
+// REDIS_URL is given), and HAProxy with deploy/gateway/haproxy.cfg: real processes on free ports.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { freePort } from './service.js';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const running = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const p of running) killGroup(p, 'SIGKILL');
+});
+
+/** Each gateway runs in a process group of its own: the script, nginx and Redis end together. */
+function killGroup(p: ChildProcess, signal: NodeJS.Signals): void {
+  if (p.pid === undefined) return;
+  try {
+    process.kill(-p.pid, signal);
+  } catch {
+    /* already gone */
+  }
+}
+
+export interface Gateway {
+  url: string;
+  port: number;
+  /** scripts/gateway.sh's run directory: rendered config, pid files. */
+  runDir: string;
+  /** The REDIS_URL this gateway counts in. */
+  redisUrl: string;
+  /** What the script, nginx (error log) and Redis printed. */
+  output: string[];
+  /** The pid of the Redis the script started (none when REDIS_URL was given). */
+  redisPid(): number | null;
+  stop(): Promise<void>;
+}
+
+export interface GatewayOptions {
+  upstream: string;
+  /** Share the counters of another gateway's Redis; unset: the script starts one on a free port. */
+  redisUrl?: string;
+  env?: Record<string, string>;
+}
+
+export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
+  const port = await freePort();
+  const redisPort = opts.redisUrl === undefined ? await freePort() : null;
+  const runDir = `${ROOT}.run/gateway/${port}`;
+  const env: Record<string, string> = {
+    ...(process.env as Record<string, string>),
+    GATEWAY_ADDR: `127.0.0.1:${port}`,
+    UPSTREAM_ADDR: opts.upstream,
+    GATEWAY_WORKERS: '1',
+    GATEWAY_RUN_DIR: runDir,
+    ...(opts.redisUrl === undefined ? { GATEWAY_REDIS_ADDR: `127.0.0.1:${redisPort}` } : { REDIS_URL: opts.redisUrl }),
+    ...opts.env,
+  };
+  if (opts.redisUrl === undefined) delete env.REDIS_URL;
+  const proc = spawn('bash', [`${ROOT}scripts/gateway.sh`], { env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  running.add(proc);
+  const output: string[] = [];
+  const collect = (chunk: Buffer) => output.push(...chunk.toString().split('\n').filter(Boolean));
+  proc.stdout!.on('data', collect);
+  proc.stderr!.on('data', collect);
+  const exited = new Promise<void>((resolve) =>
+    proc.once('exit', () => {
+      running.delete(proc);
+      resolve();
+    }),
+  );
+  const url = `http://127.0.0.1:${port}`;
+  const gateway: Gateway = {
+    url,
+    port,
+    runDir,
+    redisUrl: opts.redisUrl ?? `redis://127.0.0.1:${redisPort}`,
+    output,
+    redisPid() {
+      if (opts.redisUrl !== undefined) return null;
+      return Number(readFileSync(`${runDir}/redis.pid`, 'utf8').trim());
+    },
+    async stop() {
+      if (proc.exitCode !== null || proc.signalCode !== null) return;
+      proc.kill('SIGTERM'); // the script stops nginx gracefully, then its Redis
+      const timer = setTimeout(() => killGroup(proc, 'SIGKILL'), 15_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+  // Up when the gateway itself answers (404 JSON for an unknown path).
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    if (proc.exitCode !== null) throw new Error(`gateway.sh exited with ${proc.exitCode}:\n${output.join('\n')}`);
+    const up = await fetch(`${url}/_up`).then((r) => r.status === 404).catch(() => false);
+    if (up) return gateway;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  killGroup(proc, 'SIGKILL');
+  throw new Error(`gateway not answering on ${url} within 60 s:\n${output.join('\n')}`);
+}
+
+export interface Haproxy {
+  url: string;
+  output: string[];
+  stop(): Promise<void>;
+}
+
+/** HAProxy with deploy/gateway/haproxy.cfg in front of `upstream`. */
+export async function startHaproxy(upstream: string, maxBodyBytes: number): Promise<Haproxy> {
+  const port = await freePort();
+  const proc = spawn('haproxy', ['-db', '-f', `${ROOT}deploy/gateway/haproxy.cfg`], {
+    env: { ...process.env, GATEWAY_ADDR: `127.0.0.1:${port}`, UPSTREAM_ADDR: upstream, MAX_BODY_BYTES: String(maxBodyBytes) },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
+  running.add(proc);
+  const output: string[] = [];
+  const collect = (chunk: Buffer) => output.push(...chunk.toString().split('\n').filter(Boolean));
+  proc.stdout!.on('data', collect);
+  proc.stderr!.on('data', collect);
+  const exited = new Promise<void>((resolve) =>
+    proc.once('exit', () => {
+      running.delete(proc);
+      resolve();
+    }),
+  );
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    if (proc.exitCode !== null) throw new Error(`haproxy exited with ${proc.exitCode}:\n${output.join('\n')}`);
+    if (await fetch(`${url}/_up`).then((r) => r.status === 404).catch(() => false)) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {
+    url,
+    output,
+    async stop() {
+      if (proc.exitCode !== null || proc.signalCode !== null) return;
+      proc.kill('SIGUSR1'); // soft stop
+      const timer = setTimeout(() => killGroup(proc, 'SIGKILL'), 10_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** Stops the gateways a failed test left running (test/setup.ts). */
+export async function stopLeftoverGateways(): Promise<void> {
+  for (const p of running) killGroup(p, 'SIGTERM');
+  const deadline = Date.now() + 10_000;
+  while (running.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+  for (const p of running) killGroup(p, 'SIGKILL');
+}

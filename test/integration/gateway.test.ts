@@ -1,0 +1,262 @@
+// The deployment the spec describes: the reference gateway (scripts/gateway.sh: nginx + Lua, rate
+// limits in Redis) in front of the real service, producing to a real Kafka topic that is read back.
+import { spawn, execFile } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { Agent, request } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { gzipSync } from 'node:zlib';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startGateway, type Gateway } from '../helpers/gateway.js';
+import { consumeAll, createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
+import { parseAnswer, raw } from '../helpers/raw-http.js';
+import { freePort, metric, point, startService, until, type Service } from '../helpers/service.js';
+
+const MAX_POINTS = 50;
+const MAX_BODY_BYTES = 64 * 1024;
+const RATE_LIMIT = 20;
+const run = randomUUID().slice(0, 8);
+
+let topic: string;
+let svc: Service;
+let gwA: Gateway;
+let gwB: Gateway;
+
+beforeAll(async () => {
+  topic = await createTopic(uniqueTopic('gateway'));
+  svc = await startService({ MQ_TOPIC: topic, MAX_POINTS: String(MAX_POINTS), MAX_BODY_BYTES: String(MAX_BODY_BYTES) });
+  const env = { GATEWAY_RATE_LIMIT: String(RATE_LIMIT), MAX_BODY_BYTES: String(MAX_BODY_BYTES) };
+  gwA = await startGateway({ upstream: `127.0.0.1:${svc.port}`, env }); // starts its own Redis
+  gwB = await startGateway({ upstream: `127.0.0.1:${svc.port}`, env, redisUrl: gwA.redisUrl });
+});
+afterAll(async () => {
+  await gwB?.stop();
+  await gwA?.stop();
+  expect(await svc?.stop()).toBe(0);
+  await deleteTopic(topic);
+});
+
+interface Answer {
+  status: number;
+  body: unknown;
+  retryAfter: string | null;
+  allow: string | null;
+  contentType: string | null;
+}
+
+const pool = new Agent({ keepAlive: true, maxSockets: 64 });
+
+/** One request over a pooled HTTP/1.1 connection; every request of a test names its own client key. */
+function send(url: string, opts: { method?: string; path?: string; body?: string | Buffer; headers?: Record<string, string> }): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = request(`${url}${opts.path ?? '/track'}`, { method: opts.method ?? 'POST', agent: pool, headers: opts.headers }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => (text += d));
+      res.on('end', () => {
+        let body: unknown = text;
+        try {
+          body = JSON.parse(text);
+        } catch {
+          /* not JSON: the assertion shows it */
+        }
+        const header = (name: string) => (res.headers[name] === undefined ? null : String(res.headers[name]));
+        resolve({ status: res.statusCode ?? 0, body, retryAfter: header('retry-after'), allow: header('allow'), contentType: header('content-type') });
+      });
+    });
+    req.on('error', reject);
+    req.end(opts.body);
+  });
+}
+
+const json = (apiKey: string, extra: Record<string, string> = {}) => ({ 'content-type': 'application/json', 'x-api-key': apiKey, ...extra });
+
+/** /track requests the service has answered (all of them, whatever their status). */
+const serviceRequests = async () => (await metric(svc.url, 'ingest_http_request_duration_seconds_count')) ?? 0;
+
+/** Waits for the start of the next wall-clock second: the limit counts in one-second windows. */
+async function startOfSecond(): Promise<void> {
+  await new Promise((r) => setTimeout(r, 1000 - (Date.now() % 1000) + 5));
+}
+
+/** `n` requests at once, with one client key; the statuses they got, tallied. */
+async function burst(url: string, apiKey: string, n: number): Promise<Answer[]> {
+  return Promise.all(Array.from({ length: n }, () => send(url, { body: JSON.stringify([]), headers: json(apiKey) })));
+}
+const tally = (answers: Answer[]) => answers.reduce<Record<number, number>>((t, a) => ({ ...t, [a.status]: (t[a.status] ?? 0) + 1 }), {});
+
+describe('the service behind the reference gateway', () => {
+  const cases: [string, { method?: string; body?: string | Buffer; headers?: Record<string, string> }][] = [
+    ['202 for a valid array', { body: JSON.stringify([point(`${run}-same-1`), point(`${run}-same-2`, { speed: 3 })]) }],
+    ['202 for an empty array', { body: '[]' }],
+    ['400 for malformed JSON', { body: '[{"container_id":' }],
+    ['400 with details for invalid points', { body: JSON.stringify([point('x', { lat: 91 }), point('y', { speed: -1 })]) }],
+    ['413 for more than MAX_POINTS points', { body: JSON.stringify(Array.from({ length: MAX_POINTS + 1 }, () => point('many'))) }],
+    ['415 for another Content-Type', { body: '[]', headers: { 'content-type': 'text/plain' } }],
+    ['415 for another Content-Encoding', { body: '[]', headers: { 'content-encoding': 'br' } }],
+    ['202 for a gzip body', { body: gzipSync(JSON.stringify([point(`${run}-same-zip`)])), headers: { 'content-encoding': 'gzip' } }],
+    ['405 for GET', { method: 'GET' }],
+  ];
+  it.each(cases)('%s: status, JSON body, Allow and Retry-After exactly as the service answers', async (_name, req) => {
+    const key = randomUUID();
+    const headers = { ...json(key), ...req.headers };
+    const direct = await send(svc.url, { ...req, headers });
+    const via = await send(gwA.url, { ...req, headers });
+    expect(via).toEqual(direct);
+    expect(via.contentType).toBe('application/json');
+  });
+
+  it('delivers every point to Kafka, from HTTP/1.1, gzip and HTTP/1.0 clients (one without Host)', async () => {
+    const key = randomUUID();
+    const plain = [point(`${run}-h11`, { speed: 1.5 }), point(`${run}-h11`, { lat: -12.25 })];
+    const zipped = [point(`${run}-gz`)];
+    const old = [point(`${run}-h10`, { lon: 179.5 })];
+    expect((await send(gwA.url, { body: JSON.stringify(plain), headers: json(key) })).status).toBe(202);
+    expect((await send(gwA.url, { body: gzipSync(JSON.stringify(zipped)), headers: json(key, { 'content-encoding': 'gzip' }) })).status).toBe(202);
+    const body = JSON.stringify(old);
+    const { text } = await raw(gwA.port, (s) =>
+      s.write(`POST /track HTTP/1.0\r\nContent-Type: application/json\r\nX-Api-Key: ${key}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`),
+    );
+    expect(parseAnswer(text)).toMatchObject({ status: 202, body: { accepted: 1 } });
+
+    const messages = await consumeAll(topic, { expected: 4, idleMs: 1_000 });
+    const ours = messages.filter((m) => /-(h11|gz|h10)$/.test(m.key) && m.key.startsWith(run));
+    const expected = [...plain, ...zipped, ...old].map((p) => JSON.stringify({ speed: 0, ...p }));
+    expect(ours.map((m) => JSON.parse(m.value) as Record<string, unknown>).sort(byKey)).toEqual(expected.map((e) => JSON.parse(e) as Record<string, unknown>).sort(byKey));
+  });
+
+  it('serves ApacheBench (HTTP/1.0): every request answered 202 with a body, every point in Kafka', async () => {
+    const key = randomUUID();
+    const file = join(tmpdir(), `ab-${run}.json`);
+    writeFileSync(file, JSON.stringify([point(`${run}-ab`)]));
+    // Within the limit (20 a second) whatever the windows: exactly 20 requests.
+    const { stdout } = await promisify(execFile)('ab', ['-n', '20', '-c', '2', '-p', file, '-T', 'application/json', '-H', `X-Api-Key: ${key}`, `${gwA.url}/track`]);
+    expect(stdout).toMatch(/^Complete requests:\s+20$/m);
+    expect(stdout).not.toMatch(/Non-2xx responses/);
+    expect(stdout).toMatch(/^Failed requests:\s+0$/m);
+    // 20 answers of '{"accepted":1}': ab counts body bytes, which stay 0 when nothing answers.
+    expect(stdout).toMatch(/^HTML transferred:\s+280 bytes$/m);
+    const messages = await consumeAll(topic, { expected: 1, idleMs: 1_000 });
+    expect(messages.filter((m) => m.key === `${run}-ab`)).toHaveLength(20);
+  });
+
+  it('refuses a body over MAX_BODY_BYTES with 413 JSON, before the service reads it', async () => {
+    const before = await serviceRequests();
+    const r = await send(gwA.url, { body: ' '.repeat(MAX_BODY_BYTES + 1), headers: json(randomUUID()) });
+    expect([r.status, r.body]).toEqual([413, { error: 'payload_too_large', message: `body is larger than ${MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)` }]);
+    expect(await serviceRequests()).toBe(before);
+  });
+
+  it.each([
+    ['two different Content-Length headers', 'Content-Length: 2\r\nContent-Length: 3\r\n\r\n[]]'],
+    ['Content-Length with Transfer-Encoding', 'Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n'],
+  ])('refuses %s with 400 JSON and closes the connection; the service never sees it', async (_name, tail) => {
+    const before = await serviceRequests();
+    const { text, closed } = await raw(gwA.port, (s) => s.write(`POST /track HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n${tail}`), 2_000);
+    expect(parseAnswer(text)).toMatchObject({ status: 400, body: { error: 'bad_request' } });
+    expect(closed).toBe(true);
+    expect(await serviceRequests()).toBe(before);
+  });
+
+  it.each([
+    ['one 100 KB header', `X-Big: ${'a'.repeat(100_000)}\r\n`],
+    ['25 headers of 4 KB', Array.from({ length: 25 }, (_, i) => `X-H${i}: ${'a'.repeat(4000)}\r\n`).join('')],
+  ])('refuses %s with 431 JSON; the service never sees it', async (_name, headers) => {
+    const before = await serviceRequests();
+    const { text } = await raw(gwA.port, (s) => s.write(`POST /track HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n${headers}Content-Length: 2\r\n\r\n[]`), 2_000);
+    expect(parseAnswer(text)).toMatchObject({ status: 431, body: { error: 'request_header_too_large' } });
+    expect(await serviceRequests()).toBe(before);
+  });
+
+  it('does not serve /metrics or the probes on the public listener', async () => {
+    for (const path of ['/metrics', '/readyz', '/healthz']) {
+      const r = await send(gwA.url, { method: 'GET', path });
+      expect([path, r.status, r.body]).toEqual([path, 404, { error: 'not_found', message: 'no such path; POST /track takes track points' }]);
+    }
+    expect((await fetch(`${svc.url}/metrics`)).status).toBe(200);
+  });
+});
+
+describe('rate limit in Redis', () => {
+  it('answers 429 with Retry-After and a JSON body past GATEWAY_RATE_LIMIT, for that client key only', async () => {
+    const [busy, other] = [randomUUID(), randomUUID()];
+    await startOfSecond();
+    const [answers, others] = await Promise.all([burst(gwA.url, busy, RATE_LIMIT + 10), burst(gwA.url, other, 5)]);
+    expect(tally(answers)).toEqual({ 202: RATE_LIMIT, 429: 10 });
+    expect(tally(others)).toEqual({ 202: 5 });
+    const refused = answers.find((a) => a.status === 429)!;
+    expect(refused).toMatchObject({ retryAfter: '1', contentType: 'application/json', body: { error: 'rate_limited' } });
+    // The next second is a new window.
+    await startOfSecond();
+    expect(tally(await burst(gwA.url, busy, 5))).toEqual({ 202: 5 });
+  });
+
+  it('keys on the client address when no X-Api-Key is sent', async () => {
+    await startOfSecond();
+    const answers = await Promise.all(Array.from({ length: RATE_LIMIT + 5 }, () => send(gwA.url, { body: '[]', headers: { 'content-type': 'application/json' } })));
+    expect(tally(answers)).toEqual({ 202: RATE_LIMIT, 429: 5 });
+  });
+
+  it('two gateway instances enforce one limit through their shared Redis', async () => {
+    const key = randomUUID();
+    await startOfSecond();
+    const answers = (await Promise.all([burst(gwA.url, key, 15), burst(gwB.url, key, 15)])).flat();
+    expect(tally(answers)).toEqual({ 202: RATE_LIMIT, 429: 30 - RATE_LIMIT });
+  });
+
+  it('while Redis is down each instance limits on its own and keeps serving; once it is back, one limit again', async () => {
+    const redisPort = Number(new URL(gwA.redisUrl).port);
+    process.kill(gwA.redisPid()!, 'SIGKILL');
+    const key = randomUUID();
+    await startOfSecond();
+    const [a, b] = await Promise.all([burst(gwA.url, key, 30), burst(gwB.url, key, 30)]);
+    expect([tally(a), tally(b)]).toEqual([
+      { 202: RATE_LIMIT, 429: 10 },
+      { 202: RATE_LIMIT, 429: 10 },
+    ]);
+    for (const gw of [gwA, gwB]) expect(gw.output.join('\n')).toMatch(/rate limit: redis:\/\/127\.0\.0\.1:\d+ cannot be reached .*counting per gateway instance/);
+
+    const redis = spawn('redis-server', ['--bind', '127.0.0.1', '--port', String(redisPort), '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+    try {
+      // Redis is tried again a second after a failure.
+      await until('both gateways count in Redis again', async () => {
+        await send(gwA.url, { body: '[]', headers: json(randomUUID()) });
+        await send(gwB.url, { body: '[]', headers: json(randomUUID()) });
+        return [gwA, gwB].every((gw) => /answers again/.test(gw.output.join('\n')));
+      });
+      const again = randomUUID();
+      await startOfSecond();
+      const answers = (await Promise.all([burst(gwA.url, again, 15), burst(gwB.url, again, 15)])).flat();
+      expect(tally(answers)).toEqual({ 202: RATE_LIMIT, 429: 30 - RATE_LIMIT });
+    } finally {
+      redis.kill('SIGTERM');
+    }
+  });
+});
+
+describe('while the service or the broker is away', () => {
+  it("passes the service's 500 and Retry-After through, then answers 502 JSON with Retry-After once the service is gone", async () => {
+    // A service whose broker cannot be reached: it serves, and refuses points with 500.
+    const noBroker = await startService({ MQ_BROKERS: `127.0.0.1:${await freePort()}`, BROKER_DOWN_GRACE_MS: '200' }, { waitFor: 'healthy' });
+    const gw = await startGateway({ upstream: `127.0.0.1:${noBroker.port}`, redisUrl: 'redis://127.0.0.1:1', env: { GATEWAY_RATE_LIMIT: '0' } });
+    try {
+      const req = { body: JSON.stringify([point('away')]), headers: json(randomUUID()) };
+      const direct = await send(noBroker.url, req);
+      expect([direct.status, direct.retryAfter, (direct.body as { error: string }).error]).toEqual([500, '1', 'broker_unavailable']);
+      expect(await send(gw.url, req)).toEqual(direct);
+
+      await noBroker.stop('SIGKILL');
+      const r = await send(gw.url, req);
+      expect([r.status, r.retryAfter, r.body]).toEqual([502, '1', { error: 'service_unavailable', message: 'the ingestion service cannot be reached; retry' }]);
+    } finally {
+      await gw.stop();
+      await noBroker.stop();
+    }
+  });
+});
+
+function byKey(a: Record<string, unknown>, b: Record<string, unknown>): number {
+  return JSON.stringify(a) < JSON.stringify(b) ? -1 : 1;
+}
