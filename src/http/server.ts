@@ -27,6 +27,13 @@ type RouteMetrics = ReturnType<WorkerMetrics['other']>;
 const STOP_READING = true;
 const KEEP_READING = false;
 
+/**
+ * uWebSockets.js closes a connection idle for this long (HTTP_IDLE_TIMEOUT_S, compiled into the
+ * library, not configurable). A gateway's upstream keep-alive must close idle connections sooner, or
+ * a request written just as the service closes one gets no answer (deploy/gateway, deploy/k8s).
+ */
+export const HTTP_IDLE_TIMEOUT_S = 10;
+
 const JSON_TYPE = 'application/json';
 const TEXT_METRICS_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 
@@ -217,7 +224,7 @@ export class HttpServer {
       // The rest of the body is not wanted. Closing the socket now would make the kernel answer the
       // unread bytes with a TCP RST, which can destroy the response before the client reads it.
       // Instead: stop reading (the client's upload stalls once the socket buffers fill), answer with
-      // Connection: close, and let the client hang up; uWS's idle timeout (10 s) closes it otherwise.
+      // Connection: close, and let the client hang up; uWS's idle timeout (HTTP_IDLE_TIMEOUT_S) closes it otherwise.
       res.pause();
     }
     res.cork(() => {

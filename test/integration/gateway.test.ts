@@ -2,13 +2,15 @@
 // limits in Redis) in front of the real service, producing to a real Kafka topic that is read back.
 import { spawn, execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { HTTP_IDLE_TIMEOUT_S } from '../../src/http/server.js';
 import { startGateway, type Gateway } from '../helpers/gateway.js';
 import { consumeAll, createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
 import { parseAnswer, raw } from '../helpers/raw-http.js';
@@ -254,6 +256,44 @@ describe('while the service or the broker is away', () => {
       await gw.stop();
       await noBroker.stop();
     }
+  });
+});
+
+describe('the keep-alive race and the image', () => {
+  it('the service closes an idle connection after HTTP_IDLE_TIMEOUT_S, and the gateway closes its idle upstream connections sooner', async () => {
+    const opened = Date.now();
+    const { closed } = await raw(svc.port, (s) => s.write('POST /track HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n[]'), (HTTP_IDLE_TIMEOUT_S + 5) * 1000);
+    const idleS = (Date.now() - opened) / 1000;
+    expect(closed).toBe(true);
+    expect(idleS).toBeGreaterThan(HTTP_IDLE_TIMEOUT_S - 1);
+    expect(idleS).toBeLessThan(HTTP_IDLE_TIMEOUT_S + 2);
+    const conf = readFileSync(`${gwA.runDir}/nginx.conf`, 'utf8');
+    const upstreamIdle = Number(/upstream track_ingest \{[^}]*keepalive_timeout (\d+)s;/.exec(conf)?.[1]);
+    expect(upstreamIdle).toBeLessThan(HTTP_IDLE_TIMEOUT_S);
+  });
+
+  it("the gateway image's files (what deploy/gateway/Dockerfile copies) render a configuration nginx accepts", async () => {
+    const dockerfile = readFileSync(new URL('../../deploy/gateway/Dockerfile', import.meta.url), 'utf8');
+    const image = mkdtempSync(join(tmpdir(), 'gateway-image-'));
+    // COPY as Docker does it: a directory's contents into the target, files into the target directory.
+    for (const [, sources, target] of dockerfile.matchAll(/^COPY (.+) (\S+)$/gm)) {
+      for (const source of sources!.split(' ')) {
+        const from = fileURLToPath(new URL(`../../${source}`, import.meta.url));
+        const to = statSync(from).isDirectory() ? join(image, target!) : join(image, target!, basename(source));
+        cpSync(from, to, { recursive: true });
+      }
+    }
+    const envBlock = /^ENV ((?:.*\\\n)*.*)$/m.exec(dockerfile)?.[1] ?? '';
+    const env = Object.fromEntries([...envBlock.matchAll(/(\w+)=(\S+)/g)].map((m) => [m[1]!, m[2]!]));
+    expect(Object.keys(env)).toContain('UPSTREAM_ADDR');
+    // The name `ingest` resolves in compose only: here the upstream is this test's service.
+    const imageEnv = { ...process.env, ...env, GATEWAY_RUN_DIR: join(image, 'run'), UPSTREAM_ADDR: `127.0.0.1:${svc.port}` };
+    const { stdout } = await promisify(execFile)('bash', [join(image, 'scripts/gateway.sh'), 'render'], { env: imageEnv });
+    expect(stdout.trim()).toBe(join(image, 'run/nginx.conf'));
+    // Through a pipe, as Docker gives it: the image logs to /dev/stdout, which nginx cannot open on a
+    // socket (what Node gives a child for its output).
+    const check = await promisify(execFile)('bash', ['-c', 'nginx -t -p "$1" -c "$2" 2>&1 | cat', '-', join(image, 'run'), stdout.trim()], { env: imageEnv });
+    expect(check.stdout).toMatch(/test is successful/);
   });
 });
 

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments } from 'yaml';
 import { DEFAULTS, loadConfig } from '../../src/config.js';
+import { HTTP_IDLE_TIMEOUT_S } from '../../src/http/server.js';
 import { createPrimaryMetrics, createWorkerMetrics } from '../../src/metrics.js';
 
 const read = (path: string) => readFileSync(new URL(`../../${path}`, import.meta.url), 'utf8');
@@ -92,5 +93,56 @@ describe('Dockerfile and compose', () => {
     const compose = parse(read('docker-compose.yml'));
     expect(parseInt(compose.services.ingest.stop_grace_period, 10) * 1000).toBeGreaterThan(Number(DEFAULTS.SHUTDOWN_TIMEOUT_MS));
     expect(compose.services.kafka.image).toMatch(/^apache\/kafka:/);
+  });
+});
+
+describe('gateways in front of the service', () => {
+  const nginx = read('deploy/gateway/nginx.conf.template');
+  const haproxy = read('deploy/gateway/haproxy.cfg');
+  const deliveryTimeoutS = Number(DEFAULTS.DELIVERY_TIMEOUT_MS) / 1000;
+  const seconds = (text: string, directive: RegExp) => Number(directive.exec(text)?.[1] ?? NaN);
+
+  it('nginx: HTTP/1.1 upstream, idle upstream connections closed before the service closes them, reads outlast a delivered-mode request', () => {
+    const upstream = /upstream track_ingest \{([\s\S]*?)\n {2}\}/.exec(nginx)?.[1] ?? '';
+    expect(seconds(upstream, /keepalive_timeout (\d+)s;/)).toBeLessThan(HTTP_IDLE_TIMEOUT_S);
+    expect(upstream).toMatch(/^\s+keepalive \d+;/m);
+    expect(nginx).toMatch(/proxy_http_version 1\.1;/);
+    expect(nginx).toMatch(/proxy_set_header Connection "";/);
+    expect(seconds(nginx, /proxy_read_timeout (\d+)s;/)).toBeGreaterThan(deliveryTimeoutS);
+    // A POST is never resent to the service after a failure (it may have been taken).
+    expect(nginx).not.toMatch(/proxy_next_upstream[^;]*non_idempotent/);
+    expect(nginx).toMatch(/client_max_body_size \$\{MAX_BODY_BYTES\};/);
+  });
+
+  it('HAProxy: checks /readyz over HTTP/1.1 and waits longer than a delivered-mode request', () => {
+    expect(haproxy).toMatch(/^\s+http-check send meth GET uri \/readyz ver HTTP\/1\.1 hdr Host \S+$/m);
+    expect(seconds(haproxy, /timeout server (\d+)s/)).toBeGreaterThan(deliveryTimeoutS);
+  });
+
+  it('Ingress (ingress-nginx): the body limit is MAX_BODY_BYTES, HTTP/1.1 upstream, idle upstream connections closed first, only /track public', () => {
+    const [ingress, controller] = parseAllDocuments(read('deploy/k8s/ingress.yaml')).map((d) => d.toJS());
+    const a = ingress.metadata.annotations as Record<string, string>;
+    const env = Object.fromEntries(parse(read('deploy/k8s/deployment.yaml')).spec.template.spec.containers[0].env.map((e: { name: string; value: string }) => [e.name, e.value]));
+    const maxBody = Number(env.MAX_BODY_BYTES ?? DEFAULTS.MAX_BODY_BYTES);
+    const size = /^(\d+)([km]?)$/.exec(a['nginx.ingress.kubernetes.io/proxy-body-size'] ?? '');
+    expect(Number(size?.[1]) * ({ '': 1, k: 1024, m: 1024 * 1024 }[size?.[2] ?? ''] ?? NaN)).toBe(maxBody);
+    expect(a['nginx.ingress.kubernetes.io/proxy-http-version']).toBe('1.1');
+    expect(Number(a['nginx.ingress.kubernetes.io/proxy-read-timeout'])).toBeGreaterThan(deliveryTimeoutS);
+    expect(a['nginx.ingress.kubernetes.io/proxy-next-upstream']).not.toMatch(/timeout|non_idempotent/);
+    expect(Number(controller.data['upstream-keepalive-timeout'])).toBeLessThan(HTTP_IDLE_TIMEOUT_S);
+    const paths = ingress.spec.rules.flatMap((r: { http: { paths: unknown[] } }) => r.http.paths);
+    expect(paths).toEqual([{ path: '/track', pathType: 'Exact', backend: { service: { name: 'track-ingest', port: { name: 'http' } } } }]);
+    expect(parse(read('deploy/k8s/service.yaml')).spec.ports.map((p: { name: string }) => p.name)).toContain('http');
+  });
+
+  it('compose: the gateway fronts ingest with its body limit and counts in the redis service', () => {
+    const compose = parse(read('docker-compose.yml'));
+    const gw = compose.services.gateway.environment as Record<string, string>;
+    const ingest = compose.services.ingest.environment as Record<string, string>;
+    expect(gw.UPSTREAM_ADDR).toBe(`ingest:${loadConfig({ LISTEN_ADDR: ingest.LISTEN_ADDR }).listen.port}`);
+    expect(gw.REDIS_URL).toBe('redis://redis:6379');
+    expect(compose.services.redis).toBeDefined();
+    expect(Number(gw.MAX_BODY_BYTES)).toBe(Number(ingest.MAX_BODY_BYTES ?? DEFAULTS.MAX_BODY_BYTES));
+    expect(compose.services.gateway.build.dockerfile).toBe('deploy/gateway/Dockerfile');
   });
 });
