@@ -2,13 +2,14 @@
 // the same run, against the local Kafka; results go to bench/results/ (JSON, Markdown, SVG).
 // See bench/README.md for what is measured and how.
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import autocannon from 'autocannon';
 import Kafka from 'node-rdkafka';
 import { loadConfig } from '../src/config.js';
 import { producerSettings } from '../src/kafka/producer.js';
 import { BROKERS, createTopic, deleteTopic } from '../test/helpers/kafka.js';
+import { startGateway, type Gateway } from '../test/helpers/gateway.js';
 import { freePort } from '../test/helpers/service.js';
 import { cpuModel, cpuSeconds, peakRssBytes, processTree } from './lib/procfs.js';
 import { pacedLoad } from './lib/paced-load.js';
@@ -29,6 +30,8 @@ const IMPLS = (env.BENCH_IMPLS ?? 'ours:1,ours:2,baseline:1').split(',').map((s)
 const ONLY = env.BENCH_ONLY; // "design" or "saturation"
 // The design load also through autocannon's own fixed rate (`-R`), for comparison (see paced-load.ts).
 const DESIGN_AUTOCANNON = env.BENCH_DESIGN_AUTOCANNON !== '0';
+// The design load through the reference gateway (nginx + Redis, deploy/gateway) as well.
+const DESIGN_GATEWAY = env.BENCH_DESIGN_GATEWAY !== '0';
 const RUN_ID = `r${Date.now().toString(36)}`;
 
 interface Shape {
@@ -143,29 +146,42 @@ function loadGeneratorName(shape: Shape): string {
   return shape.rate === null ? 'autocannon' : 'autocannon -R';
 }
 
-async function runScenario(impl: Impl, workers: number, shape: Shape): Promise<ScenarioResult> {
-  const topic = await createTopic(`bench.${RUN_ID}.${impl}${workers}.${shape.name.replace(/[^a-z0-9]+/gi, '-')}`);
+async function runScenario(impl: Impl, workers: number, shape: Shape, via: 'direct' | 'gateway' = 'direct'): Promise<ScenarioResult> {
+  const topic = await createTopic(`bench.${RUN_ID}.${impl}${workers}.${via}.${shape.name.replace(/[^a-z0-9]+/gi, '-')}`);
   const target = await startTarget(impl, await freePort(), { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS: String(workers) });
+  // The gateway as `make gateway` runs it, access log on; the limit far above the load, so that every
+  // request is still counted in Redis but none is refused.
+  let gateway: Gateway | null = null;
+  if (via === 'gateway') {
+    gateway = await startGateway({ upstream: new URL(target.url).host, env: { GATEWAY_RATE_LIMIT: '1000000', GATEWAY_WORKERS: 'auto' } });
+  }
+  const url = gateway?.url ?? target.url;
   if (impl === 'ours') await new Promise((r) => setTimeout(r, 1_000)); // every worker's producer connected
   const payload = body(shape.points);
-  const label = `${shape.name} ${impl}${impl === 'ours' ? ` W=${workers}` : ''}${shape.kind === 'design' ? ` (${loadGeneratorName(shape)})` : ''}`;
+  const label = `${shape.name} ${impl}${impl === 'ours' ? ` W=${workers}` : ''}${via === 'gateway' ? ' via gateway' : ''}${shape.kind === 'design' ? ` (${loadGeneratorName(shape)})` : ''}`;
   let accepted = 0;
   try {
     if (WARMUP_SECONDS > 0) {
-      const warm = await load(target.url, payload, { ...shape, rate: shape.rate === null ? null : shape.rate / 2 }, WARMUP_SECONDS, LOAD_THREADS);
+      const warm = await load(url, payload, { ...shape, rate: shape.rate === null ? null : shape.rate / 2 }, WARMUP_SECONDS, LOAD_THREADS);
       accepted += warm.ok2xx * shape.points;
     }
     const pids = processTree(target.proc.pid!);
+    const nginxPids = gateway === null ? [] : processTree(gateway.nginxPid());
+    const redisPids = gateway === null ? [] : [gateway.redisPid()!];
     const cpu0 = cpuSeconds(pids);
+    const nginx0 = cpuSeconds(nginxPids);
+    const redis0 = cpuSeconds(redisPids);
     const gen0 = process.cpuUsage();
     const t0 = performance.now();
     const progress = setInterval(() => {
       process.stderr.write(`\r  ${label}: ${Math.round((performance.now() - t0) / 1000)}/${shape.seconds} s   `);
     }, 1_000);
-    const r = await load(target.url, payload, shape, shape.seconds, LOAD_THREADS);
+    const r = await load(url, payload, shape, shape.seconds, LOAD_THREADS);
     clearInterval(progress);
     const wall = (performance.now() - t0) / 1000;
     const serviceCpu = cpuSeconds(pids) - cpu0;
+    const nginxCpu = cpuSeconds(nginxPids) - nginx0;
+    const redisCpu = cpuSeconds(redisPids) - redis0;
     const gen = process.cpuUsage(gen0);
     const rss = peakRssBytes(pids);
     const metricsAfter = impl === 'ours' ? await (await fetch(`${target.url}/metrics`)).text() : '';
@@ -174,6 +190,8 @@ async function runScenario(impl: Impl, workers: number, shape: Shape): Promise<S
     // Let both implementations finish delivering before they are stopped: the baseline's shutdown
     // does not wait for kafkajs sends in flight, and the comparison is about the steady state.
     await waitForDelivery(topic, accepted);
+    await gateway?.stop();
+    if (gateway !== null) rmSync(gateway.runDir, { recursive: true, force: true }); // its access log
     const code = await target.stop();
     const delivered = await countDelivered(topic, accepted);
     // librdkafka's statistics windows at the end of the measured window (see ingest_delivery_latency_estimate_seconds).
@@ -183,6 +201,8 @@ async function runScenario(impl: Impl, workers: number, shape: Shape): Promise<S
       name: shape.name,
       kind: shape.kind,
       impl,
+      via,
+      gatewayCpuMicrosPerRequest: gateway === null || r.requests === 0 ? null : { nginx: (nginxCpu * 1e6) / r.requests, redis: (redisCpu * 1e6) / r.requests },
       workers,
       pointsPerRequest: shape.points,
       connections: shape.connections,
@@ -210,6 +230,7 @@ async function runScenario(impl: Impl, workers: number, shape: Shape): Promise<S
     );
     return result;
   } finally {
+    await gateway?.stop();
     if (target.proc.exitCode === null) await target.stop();
     await deleteTopic(topic);
   }
@@ -228,7 +249,7 @@ async function main() {
     broker: `${BROKERS} (scripts/kafka.sh, Apache Kafka 4.1.1, one broker on the same machine)`,
     'producer (ours)': `librdkafka ${Kafka.librdkafkaVersion}: linger.ms=${settings.global['linger.ms']}, batch.num.messages=${settings.global['batch.num.messages']}, enable.idempotence=${settings.global['enable.idempotence']}, acks=all, partitioner=murmur2_random`,
     'producer (baseline)': 'kafkajs 2.2.4, idempotent, acks=-1, one send() per request, default partitioner (murmur2)',
-    'load generator': `design load: evenly paced open loop (bench/lib/paced-load.ts), one worker thread${DESIGN_AUTOCANNON ? ', and autocannon overallRate for comparison' : ''}; saturation: autocannon, ${LOAD_THREADS} worker thread(s), pipelining 1; both in this runner's process`,
+    'load generator': `design load: evenly paced open loop (bench/lib/paced-load.ts), one worker thread${DESIGN_AUTOCANNON ? ', and autocannon overallRate for comparison' : ''}${DESIGN_GATEWAY ? '; once more through the reference gateway (nginx + Lua + Redis, deploy/gateway)' : ''}; saturation: autocannon, ${LOAD_THREADS} worker thread(s), pipelining 1; both in this runner's process`,
     note: 'load generator, service and broker share the machine: compare ratios and CPU per point, not absolute rates',
   };
   console.log(Object.entries(meta).map(([k, v]) => `${k}: ${v}`).join('\n'));
@@ -246,6 +267,7 @@ async function main() {
     console.log(`${shape.name}:`);
     const impls = shape.kind === 'design' ? [{ impl: 'ours' as Impl, workers: config.workers }, { impl: 'baseline' as Impl, workers: 1 }] : IMPLS;
     for (const { impl, workers } of impls) results.push(await runScenario(impl, workers, shape));
+    if (shape.kind === 'design' && DESIGN_GATEWAY) results.push(await runScenario('ours', config.workers, shape, 'gateway'));
     if (shape.kind === 'design' && DESIGN_AUTOCANNON) results.push(await runScenario('ours', config.workers, { ...shape, generator: 'autocannon' }));
   }
 

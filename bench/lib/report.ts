@@ -5,6 +5,10 @@ export interface ScenarioResult {
   name: string;
   kind: 'design' | 'saturation';
   impl: 'ours' | 'baseline';
+  /** 'gateway': the load went through the reference gateway (deploy/gateway) in front of the service. */
+  via?: 'direct' | 'gateway';
+  /** Through the gateway: CPU per request of nginx (master and workers) and of its Redis, from /proc. */
+  gatewayCpuMicrosPerRequest?: { nginx: number; redis: number } | null;
   workers: number;
   pointsPerRequest: number;
   connections: number;
@@ -42,15 +46,19 @@ export function markdown(meta: Record<string, string>, results: ScenarioResult[]
   for (const [k, v] of Object.entries(meta)) lines.push(`- ${k}: ${v}`);
   lines.push('');
   lines.push('## Design load (fixed rate, 10,000 points/s)', '');
-  lines.push('| scenario | impl | workers | load generator | req/s | points/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | non-2xx | errors | delivered / accepted | lost | delivery p50 / p99 ms | CPU µs/point |');
-  lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+  lines.push('| scenario | impl | workers | via | load generator | req/s | points/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | non-2xx | errors | delivered / accepted | lost | delivery p50 / p99 ms | CPU µs/point | gateway CPU µs/request (nginx + Redis) |');
+  lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const r of results.filter((x) => x.kind === 'design')) {
     const l = r.latencyMs;
     const d = r.deliveryLatencyMs === null ? 'n/a' : `${f(r.deliveryLatencyMs.p50, 1)} / ${f(r.deliveryLatencyMs.p99, 1)}`;
     const ms = (v: number) => f(v, r.loadGenerator === 'paced' ? 1 : 0);
-    lines.push(`| ${r.name} | ${r.impl} | ${r.workers} | ${r.loadGenerator} | ${f(r.requestsPerSecond)} | ${f(r.pointsPerSecond)} | ${ms(l.p50)} | ${ms(l.p90)} | ${ms(l.p99)} | ${ms(l.p999)} | ${ms(l.max)} | ${r.non2xx} | ${r.errors} | ${r.delivered === null ? 'n/a' : f(r.delivered)} / ${f(r.accepted)} | ${lost(r)} | ${d} | ${f(r.cpuMicrosPerPoint, 2)} |`);
+    const g = r.gatewayCpuMicrosPerRequest;
+    const gateway = g == null ? 'n/a' : `${f(g.nginx + g.redis, 1)} (${f(g.nginx, 1)} + ${f(g.redis, 1)})`;
+    lines.push(`| ${r.name} | ${r.impl} | ${r.workers} | ${r.via ?? 'direct'} | ${r.loadGenerator} | ${f(r.requestsPerSecond)} | ${f(r.pointsPerSecond)} | ${ms(l.p50)} | ${ms(l.p90)} | ${ms(l.p99)} | ${ms(l.p999)} | ${ms(l.max)} | ${r.non2xx} | ${r.errors} | ${r.delivered === null ? 'n/a' : f(r.delivered)} / ${f(r.accepted)} | ${lost(r)} | ${d} | ${f(r.cpuMicrosPerPoint, 2)} | ${gateway} |`);
   }
   lines.push('');
+  const gatewayRows = gatewayLines(results);
+  if (gatewayRows.length > 0) lines.push('## Through the gateway / direct, same run', '', ...gatewayRows, '');
   lines.push('## Saturation (closed loop)', '');
   lines.push('| batch | impl | workers | req/s | points/s | p50 ms | p99 ms | max ms | CPU µs/point | CPU µs/request | points per CPU-s | peak RSS MiB | load gen CPU % | non-2xx | delivered / accepted | lost |');
   lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
@@ -61,6 +69,20 @@ export function markdown(meta: Record<string, string>, results: ScenarioResult[]
   const ratios = ratioLines(results);
   if (ratios.length > 0) lines.push('## Ours / baseline, same run', '', ...ratios, '');
   return lines.join('\n');
+}
+
+function gatewayLines(results: ScenarioResult[]): string[] {
+  const out: string[] = [];
+  for (const via of results.filter((r) => r.via === 'gateway')) {
+    const direct = results.find((r) => r.name === via.name && r.impl === via.impl && (r.via ?? 'direct') === 'direct' && r.loadGenerator === via.loadGenerator);
+    if (!direct) continue;
+    const g = via.gatewayCpuMicrosPerRequest;
+    out.push(
+      `- ${via.name}: p99 ${f(via.latencyMs.p99, 1)} ms through the gateway, ${f(direct.latencyMs.p99, 1)} ms direct (p50 ${f(via.latencyMs.p50, 1)} / ${f(direct.latencyMs.p50, 1)}); ` +
+        `the gateway's CPU ${g == null ? 'n/a' : `${f(g.nginx + g.redis, 1)} µs per request (nginx ${f(g.nginx, 1)}, Redis ${f(g.redis, 1)})`}, the service's ${f(via.cpuMicrosPerRequest, 1)} µs per request behind it, ${f(direct.cpuMicrosPerRequest, 1)} direct`,
+    );
+  }
+  return out;
 }
 
 function ratioLines(results: ScenarioResult[]): string[] {

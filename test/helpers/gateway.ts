@@ -1,11 +1,13 @@
 // The reference gateway as `make gateway` runs it (scripts/gateway.sh: nginx, and a local Redis unless
 // REDIS_URL is given), and HAProxy with deploy/gateway/haproxy.cfg: real processes on free ports.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { freePort } from './service.js';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+// The repository: two levels up from test/helpers, three from dist/test/helpers (the benchmarks).
+const up2 = fileURLToPath(new URL('../../', import.meta.url));
+const ROOT = existsSync(`${up2}package.json`) ? up2 : fileURLToPath(new URL('../../../', import.meta.url));
 const running = new Set<ChildProcess>();
 process.on('exit', () => {
   for (const p of running) killGroup(p, 'SIGKILL');
@@ -24,6 +26,10 @@ function killGroup(p: ChildProcess, signal: NodeJS.Signals): void {
 export interface Gateway {
   url: string;
   port: number;
+  /** The script's pid: nginx and the Redis it started are its children. */
+  pid: number;
+  /** nginx's master process (its workers are its children). */
+  nginxPid(): number;
   /** scripts/gateway.sh's run directory: rendered config, pid files. */
   runDir: string;
   /** The REDIS_URL this gateway counts in. */
@@ -72,6 +78,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const gateway: Gateway = {
     url,
     port,
+    pid: proc.pid!,
+    nginxPid: () => Number(readFileSync(`${runDir}/nginx.pid`, 'utf8').trim()),
     runDir,
     redisUrl: opts.redisUrl ?? `redis://127.0.0.1:${redisPort}`,
     output,

@@ -77,17 +77,19 @@ local function count_in_redis(key)
       if not ok then red:close() return nil, "SELECT: " .. tostring(err) end
     end
   end
-  red:init_pipeline(2)
-  red:incr(key)
-  red:expire(key, 2)
-  local res
-  res, err = red:commit_pipeline()
-  if not res or type(res[1]) ~= "number" then
+  local n
+  n, err = red:incr(key)
+  if type(n) ~= "number" then
     red:close()
-    return nil, err or tostring(res and res[1][2])
+    return nil, "INCR: " .. tostring(err)
+  end
+  -- The window's first request sets its expiry; the others cost one round trip, not two.
+  if n == 1 then
+    ok, err = red:expire(key, 2)
+    if not ok then red:close() return nil, "EXPIRE: " .. tostring(err) end
   end
   red:set_keepalive(REDIS_IDLE_MS, REDIS_POOL_SIZE)
-  return res[1]
+  return n
 end
 
 local function count(key)
