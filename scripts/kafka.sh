@@ -12,6 +12,8 @@
 #   scripts/kafka.sh consume [TOPIC] [--cluster]             print key, partition, value from the start
 #   scripts/kafka.sh topic-config NAME KEY=VALUE [--cluster]  change a topic setting (fault tests)
 #   scripts/kafka.sh kill-node N | stop-node N | start-node N  cluster fault injection (kill -9 / stop / restart)
+#   scripts/kafka.sh freeze-node N | thaw-node N   SIGSTOP / SIGCONT a broker (N = 1-3, or single): it keeps
+#                                     its connections open and answers nothing, like a frozen VM
 #   scripts/kafka.sh fetch                                    only download the jars
 #
 # Everything is idempotent: a second `start` finds the broker running and says so.
@@ -321,6 +323,11 @@ case $cmd in
     tool kafka.admin.ConfigCommand --bootstrap-server "$(bootstrap)" --entity-type topics \
       --entity-name "${args[0]:?topic name}" --alter --add-config "${args[1]:?KEY=VALUE}" ;;
   kill-node) stop_node "node${args[0]:?node number 1-3}" KILL ;;
+  freeze-node|thaw-node)
+    n=${args[0]:?node number 1-3 or single}; name=$([[ $n == single ]] && echo single || echo "node$n")
+    pid=$(pid_of "$name"); [[ -n $pid ]] || die "$name is not running"
+    if [[ $cmd == freeze-node ]]; then kill -STOP "$pid"; say "froze $name (pid $pid): connections open, nothing answered"
+    else kill -CONT "$pid"; say "thawed $name (pid $pid)"; fi ;;
   stop-node) stop_node "node${args[0]:?node number 1-3}" TERM ;;
   start-node)
     n=${args[0]:?node number 1-3}; write_log4j

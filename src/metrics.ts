@@ -204,6 +204,18 @@ export function createWorkerMetrics(workerId: string) {
     labelNames: ['broker'] as const,
     registers,
   });
+  const brokerSilent = new Gauge({
+    name: `${METRIC_PREFIX}kafka_broker_silent_seconds`,
+    help: 'How long a broker has left requests unanswered (librdkafka waitresp_cnt > 0 and no response received); 0 while it answers. The highest over workers.',
+    labelNames: ['broker'] as const,
+    aggregator: 'max',
+    registers,
+  });
+  const stalled = new Gauge({
+    name: `${METRIC_PREFIX}kafka_stalled`,
+    help: 'Workers refusing points because a broker has answered nothing for BROKER_DOWN_GRACE_MS while requests wait (summed over workers).',
+    registers,
+  });
   const retries = new Counter({
     name: `${METRIC_PREFIX}kafka_request_retries_total`,
     help: 'Requests librdkafka retried towards a broker (statistics txretries).',
@@ -245,6 +257,8 @@ export function createWorkerMetrics(workerId: string) {
     brokerUp,
     brokerRtt,
     brokerInflight,
+    brokerSilent,
+    stalled,
     retries,
     batchSize,
   };

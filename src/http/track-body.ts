@@ -118,6 +118,7 @@ function refusalMessage(refusal: Refusal, limits: TrackLimits): string {
     case 'fatal_error': return 'the Kafka producer of this worker hit a fatal error; nothing from this request was accepted';
     case 'topic_unknown': return `topic ${limits.topic} does not exist or has no leader; nothing from this request was accepted`;
     case 'broker_down': return `no Kafka broker reachable for more than ${limits.brokerDownGraceMs} ms; nothing from this request was accepted`;
+    case 'broker_stalled': return `a Kafka broker has answered nothing for more than ${limits.brokerDownGraceMs} ms while requests wait; nothing from this request was accepted`;
     case 'queue_full': return 'the producer queue is full (Kafka is slower than the incoming points); nothing from this request was accepted';
     case 'produce_failed': return 'the Kafka producer refused the points; resend the whole request';
     case 'shutting_down': return 'this worker is shutting down; nothing from this request was accepted';

@@ -29,6 +29,7 @@ import { Throttled, type Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics.js';
 import type { EncodedPoints } from '../track-point/encode.js';
 import { CONTAINER_ID_MAX_LENGTH } from '../track-point/schema.js';
+import { BrokerSilence, type SilentBroker } from './broker-silence.js';
 import type { SpillJournal } from './spill-journal.js';
 
 export type Refusal =
@@ -36,6 +37,7 @@ export type Refusal =
   | 'fatal_error'
   | 'topic_unknown'
   | 'broker_down'
+  | 'broker_stalled'
   | 'queue_full'
   | 'message_too_large'
   | 'produce_failed'
@@ -63,6 +65,8 @@ const LOG_WARNING = 4;
 /** How often librdkafka's callbacks (error reports, statistics) are served to JavaScript. */
 const POLL_INTERVAL_MS = 10;
 const RECONNECT_DELAY_MS = 1_000;
+/** A metadata request this often keeps a silent broker visible to an idle worker (startHeartbeat). */
+const HEARTBEAT_INTERVAL_MS = 1_000;
 /** Statistics drive the queue accounting, readiness and the Kafka metrics: 10 a second. */
 const STATS_INTERVAL_MS = 100;
 
@@ -105,8 +109,10 @@ export function producerSettings(config: Config, clientId: string): { global: Ka
 }
 
 interface BrokerStats {
+  name: string;
   nodeid: number;
   state: string;
+  rx: number;
   txretries: number;
   waitresp_cnt: number;
   int_latency?: Window;
@@ -142,6 +148,10 @@ export class TrackProducer {
   private brokersUp = 0;
   /** Since when no broker has been reachable (ms epoch), or null while one is. */
   private downSince: number | null = null;
+  /** Brokers that keep their connection but answer nothing (broker-silence.ts). */
+  private readonly silence = new BrokerSilence();
+  /** The silent broker that stalls this producer, or null. */
+  private stalledBy: SilentBroker | null = null;
   /** The answer tryEnqueue gives before looking at the queue; recomputed on every state change. */
   private refusal: Refusal | null = 'connecting';
   /** Messages and bytes enqueued since the process started (bytes: keys and values). */
@@ -168,6 +178,8 @@ export class TrackProducer {
   private metadataTimer: NodeJS.Timeout | null = null;
   private probeTimer: NodeJS.Timeout | null = null;
   private probing = false;
+  private heartbeatTimer: NodeJS.Timeout | null = null;
+  private heartbeatInFlight = false;
 
   constructor(
     private readonly config: Config,
@@ -248,7 +260,7 @@ export class TrackProducer {
 
   /** Whether Kafka takes points right now (what a journal replay waits for; the journal's own state aside). */
   kafkaAvailable(): boolean {
-    return !this.stopping && !this.fatal && this.connected && this.brokersUp > 0 && this.topicReady;
+    return !this.stopping && !this.fatal && this.connected && this.brokersUp > 0 && this.topicReady && this.stalledBy === null;
   }
 
   /** /readyz: a broker connection and the topic's metadata, right now (no grace period). */
@@ -257,6 +269,7 @@ export class TrackProducer {
     if (this.fatal) return { ready: false, reason: 'fatal producer error' };
     if (!this.connected) return { ready: false, reason: `not connected to ${this.config.brokers}` };
     if (this.brokersUp === 0) return { ready: false, reason: 'no broker reachable' };
+    if (this.stalledBy !== null) return { ready: false, reason: silenceReason(this.stalledBy) };
     if (!this.topicReady) return { ready: false, reason: `topic ${this.topic} unknown or without leaders` };
     if (this.journal.writeFailure !== null) return { ready: false, reason: this.journal.writeFailure.message };
     if (this.spillMustKeep && this.journal.bytes + this.spillReserve > this.journal.capacity) {
@@ -356,6 +369,7 @@ export class TrackProducer {
     if (this.graceTimer !== null) clearTimeout(this.graceTimer);
     if (this.metadataTimer !== null) clearTimeout(this.metadataTimer);
     this.stopProbing();
+    if (this.heartbeatTimer !== null) clearInterval(this.heartbeatTimer);
     const deadline = Date.now() + timeoutMs;
     // librdkafka's flush succeeds once its queue is empty: every message acknowledged or failed.
     // Until a flush has said so, count at least one point as outstanding (our count may lag by 100 ms).
@@ -403,6 +417,7 @@ export class TrackProducer {
       this.downSince = null;
       this.topicReady = hasLeaders(metadata.topics.find((t) => t.name === this.topic));
       this.producer.setPollInterval(POLL_INTERVAL_MS);
+      this.startHeartbeat();
       this.log.info({ brokers: this.config.brokers, topic: this.topic, topicReady: this.topicReady }, 'kafka producer connected');
       if (!this.topicReady) this.scheduleMetadataCheck();
       this.updateRefusal();
@@ -526,6 +541,7 @@ export class TrackProducer {
     }
     this.brokersUp = up;
     this.metrics.brokerUp.set(up);
+    this.observeSilence(Object.values(stats.brokers ?? {}));
     if (p99 > 0) {
       this.metrics.deliveryLatencyEstimate.labels('0.5').set(p50 / 1e6);
       this.metrics.deliveryLatencyEstimate.labels('0.99').set(p99 / 1e6);
@@ -543,6 +559,44 @@ export class TrackProducer {
       this.markDown();
     }
     this.updateRefusal();
+  }
+
+  /**
+   * A metadata request every second, one at a time: a worker that produces nothing (the kernel gave
+   * its connections to the other workers, or traffic is quiet) still has a request waiting on a
+   * broker that stopped answering, and notices the silence as soon as a busy worker does. librdkafka
+   * sends each to a broker of its choice, so in a cluster the others keep answering. node-rdkafka's
+   * getMetadata holds a libuv threadpool thread while it waits: one at a time, 1 s at most.
+   */
+  private startHeartbeat(): void {
+    if (this.heartbeatTimer !== null) return;
+    this.heartbeatTimer = setInterval(() => {
+      if (this.heartbeatInFlight || this.stopping) return;
+      this.heartbeatInFlight = true;
+      this.producer.getMetadata({ topic: this.topic, timeout: HEARTBEAT_INTERVAL_MS }, () => {
+        this.heartbeatInFlight = false;
+      });
+    }, HEARTBEAT_INTERVAL_MS);
+    this.heartbeatTimer.unref();
+  }
+
+  /** Updates the silence of each broker and whether one stalls the producer (see broker-silence.ts). */
+  private observeSilence(brokers: BrokerStats[]): void {
+    const now = Date.now();
+    this.silence.observe(brokers, now);
+    for (const b of this.silence.brokersSilence(now)) this.metrics.brokerSilent.labels(String(b.nodeid)).set(b.silentMs / 1000);
+    const stalled = this.silence.stalled(now, this.graceMs);
+    if ((stalled === null) === (this.stalledBy === null)) {
+      this.stalledBy = stalled;
+      return;
+    }
+    if (stalled !== null) {
+      this.log.warn({ broker: stalled.name, silentMs: stalled.silentMs, waiting: stalled.waiting }, `${silenceReason(stalled)}; refusing points until it answers`);
+    } else {
+      this.log.info({ broker: this.stalledBy?.name }, 'kafka brokers answer again; taking points');
+    }
+    this.stalledBy = stalled;
+    this.metrics.stalled.set(stalled === null ? 0 : 1);
   }
 
   /**
@@ -593,6 +647,7 @@ export class TrackProducer {
     else if (this.fatal) this.refusal = 'fatal_error';
     else if (!this.connected) this.refusal = 'connecting';
     else if (this.downSince !== null && Date.now() - this.downSince >= this.graceMs) this.refusal = 'broker_down';
+    else if (this.stalledBy !== null) this.refusal = 'broker_stalled';
     else if (!this.topicReady) this.refusal = 'topic_unknown';
     else this.refusal = null;
     if (before === this.refusal) return;
@@ -602,6 +657,10 @@ export class TrackProducer {
       this.acceptingWaiters.clear();
     }
   }
+}
+
+function silenceReason(broker: SilentBroker): string {
+  return `broker ${broker.name} has answered nothing for ${(broker.silentMs / 1000).toFixed(1)} s (${broker.waiting} requests waiting)`;
 }
 
 function hasLeaders(topic: Kafka.TopicMetadata | undefined): boolean {
