@@ -3,13 +3,14 @@
 // Each test prints its accounting as a row of the README's reliability table (also appended to
 // .run/reliability.md). `make test-faults` runs this file alone; `make test` includes it.
 import { execFile, execFileSync } from 'node:child_process';
+import { request } from 'node:http';
 import { promisify } from 'node:util';
 import { appendFileSync, mkdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ACCOUNTING_HEADER, AccountedLoad, accountingRow, type Accounting } from '../helpers/accounting.js';
 import { consumeAll, createTopic, leaderOf, uniqueTopic } from '../helpers/kafka.js';
-import { metric, point, postFresh, startService, until, type Service } from '../helpers/service.js';
+import { metric, metricValue, point, postFresh, startService, until, type Service } from '../helpers/service.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
 const CLUSTER = '127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092';
@@ -42,6 +43,18 @@ function record(scenario: string, a: Accounting, extra = ''): void {
 async function readBack(topic: string, load: AccountedLoad, accepted: number): Promise<Accounting> {
   const messages = await consumeAll(topic, { expected: accepted, brokers: CLUSTER, timeoutMs: 90_000, idleMs: 3_000, giveUpIdleMs: 10_000 });
   return load.account(messages);
+}
+
+/** GET /readyz on a fresh connection (the kernel picks the worker anew); its status. */
+async function readyzFresh(url: string): Promise<number> {
+  return new Promise((resolve) => {
+    const req = request(`${url}/readyz`, { agent: false }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode ?? 0));
+    });
+    req.on('error', () => resolve(0));
+    req.end();
+  });
 }
 
 /** user + system CPU time of a process so far, in clock ticks (/proc/PID/stat fields 14 and 15). */
@@ -132,6 +145,49 @@ describe('on a 3-broker cluster under load', () => {
     expect(afterwards.every((s) => s === 202)).toBe(true);
     expect(restarts).toBe(0);
     expect(workerPids(svc).sort()).toEqual(pidsBefore.sort());
+    expect(await svc.stop()).toBe(0);
+  });
+
+  it('one broker of three frozen (SIGSTOP) for 70 s under load: nothing lost or duplicated; what the service reports, second by second', { timeout: 300_000 }, async () => {
+    const topic = await clusterTopic('freeze-one');
+    const svc = await startService({ MQ_BROKERS: CLUSTER, MQ_TOPIC: topic, WORKERS: '2' });
+    const load = new AccountedLoad(svc.url, { connections: 8, pointsPerRequest: 10 });
+    const FREEZE_MS = 70_000;
+    let victim = -1;
+    const timeline: string[] = [];
+    let readyAfterThawMs = -1;
+    try {
+      load.start();
+      await sleep(4_000);
+      victim = await leaderOf(topic, 0, CLUSTER);
+      const frozenAt = Date.now();
+      await kafkaAsync('freeze-node', String(victim));
+      // Every second: readiness as two fresh connections see it, and the producers' view.
+      while (Date.now() - frozenAt < FREEZE_MS) {
+        const text = await (await fetch(`${svc.url}/metrics`)).text();
+        const ready = await Promise.all([readyzFresh(svc.url), readyzFresh(svc.url)]);
+        const silent = [1, 2, 3].map((n) => metricValue(text, `ingest_kafka_broker_silent_seconds{broker="${n}"}`) ?? 0);
+        timeline.push(`+${Math.round((Date.now() - frozenAt) / 1000)}s readyz ${ready.join('/')} stalled ${metricValue(text, 'ingest_kafka_stalled')} queue ${metricValue(text, 'ingest_producer_queue_points')} silent s ${silent.map((x) => x.toFixed(0)).join('/')} 202s ${load.statusCount(202)} 500s ${load.statusCount(500)}`);
+        await sleep(1_000);
+      }
+      const thawedAt = Date.now();
+      await kafkaAsync('thaw-node', String(victim));
+      await until('every worker ready after the thaw', async () => (await Promise.all([1, 2, 3, 4].map(() => readyzFresh(svc.url)))).every((r) => r === 200), 30_000);
+      readyAfterThawMs = Date.now() - thawedAt;
+      await sleep(4_000);
+    } finally {
+      if (victim > 0) await kafkaAsync('thaw-node', String(victim)).catch(() => undefined);
+      await load.stop();
+    }
+    console.log(timeline.join('\n'));
+    const a = await readBack(topic, load, load.accepted);
+    record(`node ${victim} (leader of partition 0) frozen with SIGSTOP for ${FREEZE_MS / 1000} s, then thawed`, a, `(all workers ready ${readyAfterThawMs} ms after the thaw)`);
+    expect(a.accepted).toBeGreaterThan(10_000);
+    expect(a.lost).toBe(0);
+    expect(a.duplicated).toBe(0);
+    expect(a.reordered).toBe(0);
+    expect(a.hangs).toBe(0);
+    expect(readyAfterThawMs).toBeLessThan(5_000);
     expect(await svc.stop()).toBe(0);
   });
 

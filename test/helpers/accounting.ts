@@ -74,6 +74,11 @@ export class AccountedLoad {
     this.agent.destroy();
   }
 
+  /** Requests answered with this status so far. */
+  statusCount(status: number): number {
+    return this.requests.reduce((n, r) => n + (r.status === status ? 1 : 0), 0);
+  }
+
   /** Points answered 202 so far. */
   get accepted(): number {
     return this.requests.reduce((n, r) => n + (r.status === 202 ? r.count : 0), 0);
