@@ -152,15 +152,15 @@ async function runScenario(impl: Impl, workers: number, shape: Shape, via: 'dire
   // The gateway as `make gateway` runs it, access log on; the limit far above the load, so that every
   // request is still counted in Redis but none is refused.
   let gateway: Gateway | null = null;
-  if (via === 'gateway') {
-    gateway = await startGateway({ upstream: new URL(target.url).host, env: { GATEWAY_RATE_LIMIT: '1000000', GATEWAY_WORKERS: 'auto' } });
-  }
-  const url = gateway?.url ?? target.url;
-  if (impl === 'ours') await new Promise((r) => setTimeout(r, 1_000)); // every worker's producer connected
   const payload = body(shape.points);
   const label = `${shape.name} ${impl}${impl === 'ours' ? ` W=${workers}` : ''}${via === 'gateway' ? ' via gateway' : ''}${shape.kind === 'design' ? ` (${loadGeneratorName(shape)})` : ''}`;
   let accepted = 0;
   try {
+    if (via === 'gateway') {
+      gateway = await startGateway({ upstream: new URL(target.url).host, env: { GATEWAY_RATE_LIMIT: '1000000', GATEWAY_WORKERS: 'auto' } });
+    }
+    const url = gateway?.url ?? target.url;
+    if (impl === 'ours') await new Promise((r) => setTimeout(r, 1_000)); // every worker's producer connected
     if (WARMUP_SECONDS > 0) {
       const warm = await load(url, payload, { ...shape, rate: shape.rate === null ? null : shape.rate / 2 }, WARMUP_SECONDS, LOAD_THREADS);
       accepted += warm.ok2xx * shape.points;

@@ -4,8 +4,9 @@
 // What this module promises the HTTP edge:
 //   - tryEnqueue() takes all points of a request or none (see the comment on it);
 //   - it refuses while the producer cannot deliver: not yet connected, a fatal error, the topic
-//     unknown, no broker reachable for longer than BROKER_DOWN_GRACE_MS, or the queue above its
-//     high-water mark (PRODUCER_QUEUE_MAX_POINTS / PRODUCER_QUEUE_MAX_BYTES);
+//     unknown, no broker reachable for longer than BROKER_DOWN_GRACE_MS, brokers that leave
+//     requests unanswered that long (broker-silence.ts), or the queue above its high-water mark
+//     (PRODUCER_QUEUE_MAX_POINTS / PRODUCER_QUEUE_MAX_BYTES);
 //   - every accepted message is accounted for until Kafka acknowledges it or it fails.
 //
 // Queue accounting comes from librdkafka itself, not from a delivery report per message:
@@ -263,7 +264,10 @@ export class TrackProducer {
     return !this.stopping && !this.fatal && this.connected && this.brokersUp > 0 && this.topicReady && this.stalledBy === null;
   }
 
-  /** /readyz: a broker connection and the topic's metadata, right now (no grace period). */
+  /**
+   * /readyz: a broker connection and the topic's metadata, right now (no grace period), and brokers
+   * that answer (a silent broker is a stall once BROKER_DOWN_GRACE_MS passed with no answer at all).
+   */
   readiness(): { ready: boolean; reason: string } {
     if (this.stopping) return { ready: false, reason: 'shutting down' };
     if (this.fatal) return { ready: false, reason: 'fatal producer error' };

@@ -6,6 +6,7 @@
 // got 202 is looked for: lost, duplicated, out of order within its request.
 import { randomUUID } from 'node:crypto';
 import { Agent, request } from 'node:http';
+import { expect } from 'vitest';
 import type { ConsumedMessage } from './kafka.js';
 
 const BASE_MS = Date.UTC(2024, 0, 1);
@@ -196,3 +197,12 @@ export function accountingRow(scenario: string, a: Accounting): string {
 }
 
 export const ACCOUNTING_HEADER = '| scenario | points sent | accepted (202) | refused (500) | found in Kafka | lost | duplicated | requests out of order | requests by answer |\n|---|---|---|---|---|---|---|---|---|';
+
+/** The promise of every fault test: each accepted point in Kafka once, in order, and no request left hanging. */
+export function expectEveryAcceptedPointOnce(a: Accounting, minAccepted: number): void {
+  expect(a.accepted).toBeGreaterThan(minAccepted);
+  expect(a.lost).toBe(0);
+  expect(a.duplicated).toBe(0);
+  expect(a.reordered).toBe(0);
+  expect(a.hangs).toBe(0);
+}

@@ -23,18 +23,33 @@ function killGroup(p: ChildProcess, signal: NodeJS.Signals): void {
   }
 }
 
+/** Starts a command in a process group of its own, collecting what it prints; tracked until it exits. */
+function spawnGroup(command: string, args: string[], env: NodeJS.ProcessEnv): { proc: ChildProcess; output: string[]; exited: Promise<void> } {
+  const proc = spawn(command, args, { env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  running.add(proc);
+  const output: string[] = [];
+  const collect = (chunk: Buffer) => output.push(...chunk.toString().split('\n').filter(Boolean));
+  proc.stdout!.on('data', collect);
+  proc.stderr!.on('data', collect);
+  const exited = new Promise<void>((resolve) =>
+    proc.once('exit', () => {
+      running.delete(proc);
+      resolve();
+    }),
+  );
+  return { proc, output, exited };
+}
+
 export interface Gateway {
   url: string;
   port: number;
-  /** The script's pid: nginx and the Redis it started are its children. */
-  pid: number;
   /** nginx's master process (its workers are its children). */
   nginxPid(): number;
   /** scripts/gateway.sh's run directory: rendered config, pid files. */
   runDir: string;
   /** The REDIS_URL this gateway counts in. */
   redisUrl: string;
-  /** What the script, nginx (error log) and Redis printed. */
+  /** What the script and nginx (its error log) printed. */
   output: string[];
   /** The pid of the Redis the script started (none when REDIS_URL was given). */
   redisPid(): number | null;
@@ -62,23 +77,11 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     ...opts.env,
   };
   if (opts.redisUrl === undefined) delete env.REDIS_URL;
-  const proc = spawn('bash', [`${ROOT}scripts/gateway.sh`], { env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
-  running.add(proc);
-  const output: string[] = [];
-  const collect = (chunk: Buffer) => output.push(...chunk.toString().split('\n').filter(Boolean));
-  proc.stdout!.on('data', collect);
-  proc.stderr!.on('data', collect);
-  const exited = new Promise<void>((resolve) =>
-    proc.once('exit', () => {
-      running.delete(proc);
-      resolve();
-    }),
-  );
+  const { proc, output, exited } = spawnGroup('bash', [`${ROOT}scripts/gateway.sh`], env);
   const url = `http://127.0.0.1:${port}`;
   const gateway: Gateway = {
     url,
     port,
-    pid: proc.pid!,
     nginxPid: () => Number(readFileSync(`${runDir}/nginx.pid`, 'utf8').trim()),
     runDir,
     redisUrl: opts.redisUrl ?? `redis://127.0.0.1:${redisPort}`,
@@ -116,22 +119,8 @@ export interface Haproxy {
 /** HAProxy with deploy/gateway/haproxy.cfg in front of `upstream`. */
 export async function startHaproxy(upstream: string, maxBodyBytes: number): Promise<Haproxy> {
   const port = await freePort();
-  const proc = spawn('haproxy', ['-db', '-f', `${ROOT}deploy/gateway/haproxy.cfg`], {
-    env: { ...process.env, GATEWAY_ADDR: `127.0.0.1:${port}`, UPSTREAM_ADDR: upstream, MAX_BODY_BYTES: String(maxBodyBytes) },
-    stdio: ['ignore', 'pipe', 'pipe'],
-    detached: true,
-  });
-  running.add(proc);
-  const output: string[] = [];
-  const collect = (chunk: Buffer) => output.push(...chunk.toString().split('\n').filter(Boolean));
-  proc.stdout!.on('data', collect);
-  proc.stderr!.on('data', collect);
-  const exited = new Promise<void>((resolve) =>
-    proc.once('exit', () => {
-      running.delete(proc);
-      resolve();
-    }),
-  );
+  const env = { ...process.env, GATEWAY_ADDR: `127.0.0.1:${port}`, UPSTREAM_ADDR: upstream, MAX_BODY_BYTES: String(maxBodyBytes) };
+  const { proc, output, exited } = spawnGroup('haproxy', ['-db', '-f', `${ROOT}deploy/gateway/haproxy.cfg`], env);
   const url = `http://127.0.0.1:${port}`;
   const deadline = Date.now() + 30_000;
   while (Date.now() < deadline) {
