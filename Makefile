@@ -46,7 +46,7 @@ cluster-stop: ## stop the 3-broker cluster
 consume: ## print what the topic holds (key, partition, value)
 	@scripts/kafka.sh consume $(MQ_TOPIC)
 
-bench: build ## the benchmark suite against a local Kafka (about 16 minutes; see bench/README.md)
+bench: build ## the benchmark suite against a local Kafka (about 19 minutes; see bench/README.md)
 	@npx tsc -p .
 	@scripts/with-broker.sh node dist/bench/run.js
 

@@ -50,15 +50,17 @@ describe('the single broker frozen (SIGSTOP) under load', () => {
       const frozenAt = Date.now();
       kafka('freeze-node', 'single');
       frozen = true;
-      // Every worker unready: three fresh-connection answers of 503 in a row.
+      // Every worker unready: three fresh-connection answers of 503 in a row; noticed at the first.
       let unready = 0;
+      let streakFrom = 0;
       await until('readiness 503', async () => {
         const r = await readyz(svc.url);
-        unready = r.status === 503 ? unready + 1 : 0;
-        if (r.status === 503) reason = r.reason;
+        if (r.status === 503 && unready++ === 0) streakFrom = Date.now();
+        if (r.status !== 503) unready = 0;
+        else reason = r.reason;
         return unready >= 3;
       }, 30_000);
-      noticedMs = Date.now() - frozenAt;
+      noticedMs = streakFrom - frozenAt;
       const res = await fetch(`${svc.url}/track`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify([point('during-freeze')]) });
       refusal = { status: res.status, retryAfter: res.headers.get('retry-after'), body: (await res.json()) as Record<string, unknown> };
       stalledMetric = metricValue(await (await fetch(`${svc.url}/metrics`)).text(), 'ingest_kafka_stalled');
@@ -68,11 +70,14 @@ describe('the single broker frozen (SIGSTOP) under load', () => {
       kafka('thaw-node', 'single');
       frozen = false;
       let ready = 0;
+      let readyFrom = 0;
       await until('readiness 200 after the thaw', async () => {
-        ready = (await readyz(svc.url)).status === 200 ? ready + 1 : 0;
+        const ok = (await readyz(svc.url)).status === 200;
+        if (ok && ready++ === 0) readyFrom = Date.now();
+        if (!ok) ready = 0;
         return ready >= 3;
       }, 30_000);
-      recoveredMs = Date.now() - thawedAt;
+      recoveredMs = readyFrom - thawedAt;
       afterThaw = await Promise.all(Array.from({ length: 20 }, (_, i) => postFresh(svc.url, [point(`thawed-${load.runId}-${i}`)])));
       await sleep(3_000);
     } finally {
