@@ -1,5 +1,7 @@
-// The closed catalogue of error responses: every `error` code the API can answer, with its HTTP status.
-// A test checks that the README's table lists each code. Bodies are JSON:
+// The closed catalogue of error answers: every `error` code the API can answer, with its HTTP status.
+// An answer is made from a code and a message (errorAnswer); its status, the `reason` label of the
+// rejection metrics and the error responses of the OpenAPI document all come from this table. A test
+// checks that the README's table lists each code. Bodies are JSON:
 //   {"error": "validation_failed", "message": "2 invalid track points", "details": [...]}
 
 export const ERROR_STATUS = {
@@ -14,6 +16,18 @@ export const ERROR_STATUS = {
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;
+
+/** The codes a refused POST /track can carry: the `reason` label of ingest_points_rejected_total. */
+export const TRACK_REJECTIONS = [
+  'invalid_json',
+  'validation_failed',
+  'payload_too_large',
+  'unsupported_media_type',
+  'broker_unavailable',
+  'delivery_failed',
+] as const satisfies readonly ErrorCode[];
+
+export type TrackRejection = (typeof TRACK_REJECTIONS)[number];
 
 /** uWS wants the whole status line. */
 export const STATUS_LINE: Readonly<Record<number, string>> = {
@@ -38,6 +52,19 @@ export interface PointIssue {
 /** At most this many entries in `details`: a 10,000-point garbage body must not produce a 2 MB answer. */
 export const MAX_ERROR_DETAILS = 100;
 
-export function errorBody(code: ErrorCode, message: string, details?: readonly PointIssue[]): string {
-  return JSON.stringify(details === undefined ? { error: code, message } : { error: code, message, details });
+/** An error answer: the status is the catalogue's for the code. */
+export interface ErrorAnswer<C extends ErrorCode = ErrorCode> {
+  status: (typeof ERROR_STATUS)[C];
+  code: C;
+  body: string;
+}
+
+export function errorAnswer<C extends ErrorCode>(code: C, message: string, details?: readonly PointIssue[]): ErrorAnswer<C> {
+  const body = JSON.stringify(details === undefined ? { error: code, message } : { error: code, message, details });
+  return { status: ERROR_STATUS[code], code, body };
+}
+
+/** The codes answered with this status, in catalogue order (the OpenAPI document lists them). */
+export function codesWithStatus(status: number): ErrorCode[] {
+  return (Object.keys(ERROR_STATUS) as ErrorCode[]).filter((code) => ERROR_STATUS[code] === status);
 }

@@ -3,24 +3,15 @@
 // whichever worker answers it, covers every worker. Label sets are bounded: routes, status codes,
 // reasons, librdkafka error names and broker ids; never a container id.
 import client from 'prom-client';
+import { ERROR_STATUS, TRACK_REJECTIONS, type TrackRejection } from './errors.js';
+import type { Route } from './routes.js';
 
 const { Counter, Gauge, Histogram, Registry } = client;
 
 export const METRIC_PREFIX = 'ingest_';
 
-/** Route label values: the paths the service knows, everything else is "other". */
-export const ROUTES = ['/track', '/healthz', '/readyz', '/metrics', '/openapi.json', 'other'] as const;
-export type Route = (typeof ROUTES)[number];
-
-export const STATUSES = [200, 202, 400, 404, 405, 413, 415, 500, 503] as const;
-
-export type RejectReason =
-  | 'invalid_json'
-  | 'validation_failed'
-  | 'payload_too_large'
-  | 'unsupported_media_type'
-  | 'broker_unavailable'
-  | 'delivery_failed';
+/** Every status the service answers with: its own (200, 202, 503) and the error catalogue's. */
+export const STATUSES = [...new Set([200, 202, 503, ...Object.values(ERROR_STATUS)])].sort((a, b) => a - b);
 
 /**
  * What the POST /track path counts, as plain numbers: incrementing a field costs nothing, while a
@@ -31,14 +22,7 @@ export class TrackTally {
   readonly byStatus = new Float64Array(600);
   points = 0;
   bytes = 0;
-  readonly rejected: Record<RejectReason, number> = {
-    invalid_json: 0,
-    validation_failed: 0,
-    payload_too_large: 0,
-    unsupported_media_type: 0,
-    broker_unavailable: 0,
-    delivery_failed: 0,
-  };
+  readonly rejected = Object.fromEntries(TRACK_REJECTIONS.map((code) => [code, 0])) as Record<TrackRejection, number>;
 }
 
 /** Turns a running total into the increments a prom-client counter wants. */

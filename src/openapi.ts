@@ -2,7 +2,8 @@
 // the error catalogue, so that neither is written twice. Served at GET /openapi.json and checked in
 // as openapi.json (`npm run openapi`); a test compares the two and checks the document against the validator.
 import { z } from 'zod';
-import { ERROR_STATUS } from './errors.js';
+import { codesWithStatus, ERROR_STATUS } from './errors.js';
+import { TRACK_PATH } from './routes.js';
 import { TrackPointSchema } from './track-point/schema.js';
 
 export function buildOpenApi(limits: { maxPoints: number; maxBodyBytes: number }) {
@@ -25,8 +26,9 @@ export function buildOpenApi(limits: { maxPoints: number; maxBodyBytes: number }
       },
     },
   };
-  const errorResponse = (description: string, headers?: Record<string, unknown>) => ({
-    description,
+  // Each error response names the codes the catalogue answers with that status.
+  const errorResponse = (status: number, description: string, headers?: Record<string, unknown>) => ({
+    description: `${codesWithStatus(status).join(' or ')}: ${description}`,
     ...(headers === undefined ? {} : { headers }),
     content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
   });
@@ -38,7 +40,7 @@ export function buildOpenApi(limits: { maxPoints: number; maxBodyBytes: number }
       description: 'Accepts GPS track points of shipping containers and writes one Kafka message per point, keyed by container_id.',
     },
     paths: {
-      '/track': {
+      [TRACK_PATH]: {
         post: {
           summary: 'Submit track points',
           description: `All or nothing: either every point of the request is accepted, or none. At most ${limits.maxPoints} points and ${limits.maxBodyBytes} bytes (after gunzip) per request.`,
@@ -54,11 +56,11 @@ export function buildOpenApi(limits: { maxPoints: number; maxBodyBytes: number }
               description: 'Accepted: every point was handed to the Kafka producer.',
               content: { 'application/json': { schema: { type: 'object', required: ['accepted'], properties: { accepted: { type: 'integer', minimum: 0 } } } } },
             },
-            '400': errorResponse('invalid_json or validation_failed; nothing from the request is produced.'),
-            '405': errorResponse('method_not_allowed; the Allow header says POST.', { Allow: { schema: { type: 'string' } } }),
-            '413': errorResponse('payload_too_large: body over MAX_BODY_BYTES or more than MAX_POINTS points.'),
-            '415': errorResponse('unsupported_media_type: Content-Type other than application/json or an encoding other than gzip.'),
-            '500': errorResponse('broker_unavailable: the producer cannot take the points now; nothing was accepted.', {
+            '400': errorResponse(400, 'the body is not JSON, not an array, or a point is invalid; nothing from the request is produced.'),
+            '405': errorResponse(405, 'the Allow header says POST.', { Allow: { schema: { type: 'string' } } }),
+            '413': errorResponse(413, 'body over MAX_BODY_BYTES or more than MAX_POINTS points.'),
+            '415': errorResponse(415, 'Content-Type other than application/json or an encoding other than gzip.'),
+            '500': errorResponse(500, 'the producer cannot take the points now, or (ACK_MODE=delivered) Kafka did not acknowledge them all; resend the whole request.', {
               'Retry-After': { schema: { type: 'integer' } },
             }),
           },

@@ -4,11 +4,12 @@
 // Every worker listens on the same port; uWS sets SO_REUSEPORT, so the kernel spreads connections.
 import uWS from 'uWebSockets.js';
 import type { Config } from '../config.js';
-import { errorBody, STATUS_LINE } from '../errors.js';
+import { errorAnswer, STATUS_LINE, type ErrorAnswer } from '../errors.js';
 import type { DeliveryTicket } from '../kafka/producer.js';
 import type { Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics.js';
-import { deliveryFailed, handleTrackBody, type PointSink, type TrackLimits, type TrackOutcome } from './track-body.js';
+import { GET_PATHS, TRACK_PATH, type GetPath } from '../routes.js';
+import { deliveryFailed, handleTrackBody, refuse, type PointSink, type TrackLimits, type TrackOutcome } from './track-body.js';
 
 export interface ServerDeps {
   config: Config;
@@ -37,11 +38,12 @@ export const HTTP_IDLE_TIMEOUT_S = 10;
 const JSON_TYPE = 'application/json';
 const TEXT_METRICS_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 
-const NOT_FOUND = errorBody('not_found', 'no such path; POST /track takes track points');
-const TRACK_METHOD = errorBody('method_not_allowed', 'use POST for /track');
-const GET_METHOD = errorBody('method_not_allowed', 'use GET for this path');
-const UNSUPPORTED_TYPE = errorBody('unsupported_media_type', 'Content-Type must be application/json');
-const UNSUPPORTED_ENCODING = errorBody('unsupported_media_type', 'Content-Encoding must be gzip or identity');
+const NOT_FOUND = errorAnswer('not_found', `no such path; POST ${TRACK_PATH} takes track points`);
+const TRACK_METHOD = errorAnswer('method_not_allowed', `use POST for ${TRACK_PATH}`);
+const GET_METHOD = errorAnswer('method_not_allowed', 'use GET for this path');
+// Refused before the body is read; prebuilt, they cost nothing per request.
+const UNSUPPORTED_TYPE = refuse('unsupported_media_type', 'Content-Type must be application/json');
+const UNSUPPORTED_ENCODING = refuse('unsupported_media_type', 'Content-Encoding must be gzip or identity');
 const READY = '{"status":"ready"}';
 
 /** `application/json`, any case, parameters such as charset allowed; missing means JSON. */
@@ -74,40 +76,33 @@ export class HttpServer {
       brokerDownGraceMs: config.brokerDownGraceMs,
       topic: config.topic,
     };
-    this.tooLarge = {
-      status: 413,
-      body: errorBody('payload_too_large', `body is larger than ${config.maxBodyBytes} bytes (MAX_BODY_BYTES)`),
-      points: 0,
-      reason: 'payload_too_large',
-    };
+    this.tooLarge = refuse('payload_too_large', `body is larger than ${config.maxBodyBytes} bytes (MAX_BODY_BYTES)`);
     const m = deps.metrics;
     this.tally = m.track.tally;
-    const health = m.other('/healthz');
-    const ready = m.other('/readyz');
-    const metricsRoute = m.other('/metrics');
-    const openapi = m.other('/openapi.json');
+    const routeMetrics = Object.fromEntries(GET_PATHS.map((path) => [path, m.other(path)])) as Record<GetPath, RouteMetrics>;
     const other = m.other('other');
     // Which process answered: lets an operator (and the cluster test) see the kernel spread connections.
     const healthy = JSON.stringify({ status: 'ok', worker: deps.workerId, pid: process.pid });
 
-    this.app = uWS.App()
-      .post('/track', (res, req) => this.onTrack(res, req))
-      .any('/track', (res) => {
-        m.track.tally.byStatus[405]++;
-        this.reply(res, 405, TRACK_METHOD, null, 'POST');
-      })
-      .get('/healthz', (res) => this.reply(res, 200, healthy, health))
-      .get('/readyz', (res) => {
+    const get: Record<GetPath, (res: uWS.HttpResponse) => void> = {
+      '/healthz': (res) => this.reply(res, 200, healthy, routeMetrics['/healthz']),
+      '/readyz': (res) => {
         const r = this.deps.producer.readiness();
-        this.reply(res, r.ready ? 200 : 503, r.ready ? READY : JSON.stringify({ status: 'not_ready', reason: r.reason }), ready);
-      })
-      .get('/metrics', (res) => this.onMetrics(res, metricsRoute))
-      .get('/openapi.json', (res) => this.reply(res, 200, deps.openApiJson, openapi))
-      .any('/healthz', (res) => this.reply(res, 405, GET_METHOD, health, 'GET'))
-      .any('/readyz', (res) => this.reply(res, 405, GET_METHOD, ready, 'GET'))
-      .any('/metrics', (res) => this.reply(res, 405, GET_METHOD, metricsRoute, 'GET'))
-      .any('/openapi.json', (res) => this.reply(res, 405, GET_METHOD, openapi, 'GET'))
-      .any('/*', (res) => this.reply(res, 404, NOT_FOUND, other));
+        this.reply(res, r.ready ? 200 : 503, r.ready ? READY : JSON.stringify({ status: 'not_ready', reason: r.reason }), routeMetrics['/readyz']);
+      },
+      '/metrics': (res) => this.onMetrics(res, routeMetrics['/metrics']),
+      '/openapi.json': (res) => this.reply(res, 200, deps.openApiJson, routeMetrics['/openapi.json']),
+    };
+    this.app = uWS.App()
+      .post(TRACK_PATH, (res, req) => this.onTrack(res, req))
+      .any(TRACK_PATH, (res) => {
+        m.track.tally.byStatus[405]++;
+        this.refuse(res, TRACK_METHOD, null, 'POST');
+      });
+    for (const path of GET_PATHS) {
+      this.app.get(path, get[path]).any(path, (res) => this.refuse(res, GET_METHOD, routeMetrics[path], 'GET'));
+    }
+    this.app.any('/*', (res) => this.refuse(res, NOT_FOUND, other));
   }
 
   listen(): Promise<void> {
@@ -141,10 +136,10 @@ export class HttpServer {
   private onTrack(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
     const started = performance.now();
     // Headers must be read now: uWS reuses `req` once this function returns.
-    if (!isJsonContentType(req.getHeader('content-type'))) return this.finishTrack(res, started, this.rejectEarly(415, UNSUPPORTED_TYPE), STOP_READING);
+    if (!isJsonContentType(req.getHeader('content-type'))) return this.finishTrack(res, started, UNSUPPORTED_TYPE, STOP_READING);
     const encoding = req.getHeader('content-encoding');
     const gzipped = encoding === 'gzip' || encoding === 'x-gzip';
-    if (!gzipped && encoding !== '' && encoding !== 'identity') return this.finishTrack(res, started, this.rejectEarly(415, UNSUPPORTED_ENCODING), STOP_READING);
+    if (!gzipped && encoding !== '' && encoding !== 'identity') return this.finishTrack(res, started, UNSUPPORTED_ENCODING, STOP_READING);
 
     const max = this.limits.maxBodyBytes;
     const lengthHeader = req.getHeader('content-length');
@@ -214,11 +209,6 @@ export class HttpServer {
     });
   }
 
-  private rejectEarly(status: number, body: string): TrackOutcome {
-    return { status, body, points: 0, reason: 'unsupported_media_type' };
-  }
-
-
   private finishTrack(res: uWS.HttpResponse, started: number, outcome: TrackOutcome, stopReading: boolean): void {
     if (stopReading) {
       // The rest of the body is not wanted. Closing the socket now would make the kernel answer the
@@ -261,6 +251,10 @@ export class HttpServer {
     if (allow !== undefined) res.writeHeader('allow', allow);
     res.end(body, this.draining);
     route?.requests[status]?.inc();
+  }
+
+  private refuse(res: uWS.HttpResponse, answer: ErrorAnswer, route: RouteMetrics | null, allow?: string): void {
+    this.reply(res, answer.status, answer.body, route, allow);
   }
 
   private onMetrics(res: uWS.HttpResponse, route: RouteMetrics): void {

@@ -5,9 +5,8 @@
 //     413 / 400         400            400          400      413           400     413      500
 import { isUtf8 } from 'node:buffer';
 import { gunzipSync } from 'node:zlib';
-import { errorBody, type ErrorCode } from '../errors.js';
+import { errorAnswer, type PointIssue, type TrackRejection } from '../errors.js';
 import type { DeliveryTicket, Refusal } from '../kafka/producer.js';
-import type { RejectReason } from '../metrics.js';
 import { encodePoints, type EncodedPoints } from '../track-point/encode.js';
 import { validatePoints } from '../track-point/schema.js';
 
@@ -18,7 +17,7 @@ export interface TrackOutcome {
   retryAfter?: number;
   /** Points taken (202) or refused (with the reason), for metrics. */
   points: number;
-  reason?: RejectReason;
+  reason?: TrackRejection;
   /** ACK_MODE=delivered: the points are queued; the answer waits for the ticket to settle. */
   awaitingDelivery?: boolean;
 }
@@ -40,8 +39,10 @@ export interface TrackLimits {
 
 const EMPTY_ACCEPTED = '{"accepted":0}';
 
-function refuse(status: number, code: ErrorCode, message: string, points = 0): TrackOutcome {
-  return { status, body: errorBody(code, message), points, reason: code as RejectReason };
+/** A refusal of the whole request: its status is the catalogue's for the code. */
+export function refuse(code: TrackRejection, message: string, points = 0, details?: readonly PointIssue[]): TrackOutcome {
+  const { status, body } = errorAnswer(code, message, details);
+  return { status, body, points, reason: code };
 }
 
 /** ticket: null in ACK_MODE=async; in delivered mode, the request's ticket for tryEnqueue. */
@@ -57,47 +58,42 @@ export function handleTrackBody(raw: Uint8Array, gzipped: boolean, limits: Track
       bytes = gunzipSync(raw, { maxOutputLength: limits.maxBodyBytes });
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') {
-        return refuse(413, 'payload_too_large', `body is larger than ${limits.maxBodyBytes} bytes once decompressed`);
+        return refuse('payload_too_large', `body is larger than ${limits.maxBodyBytes} bytes once decompressed`);
       }
-      return refuse(400, 'invalid_json', `body is not valid gzip: ${(err as Error).message}`);
+      return refuse('invalid_json', `body is not valid gzip: ${(err as Error).message}`);
     }
   }
 
   // Buffer#toString would replace invalid sequences with U+FFFD and let them through; refuse instead.
-  if (!isUtf8(bytes)) return refuse(400, 'invalid_json', 'body is not valid UTF-8');
+  if (!isUtf8(bytes)) return refuse('invalid_json', 'body is not valid UTF-8');
   const text = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8');
 
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
   } catch (err) {
-    return refuse(400, 'invalid_json', text.length === 0 ? 'body is empty; expected a JSON array of track points' : `body is not valid JSON: ${(err as Error).message}`);
+    return refuse('invalid_json', text.length === 0 ? 'body is empty; expected a JSON array of track points' : `body is not valid JSON: ${(err as Error).message}`);
   }
   if (!Array.isArray(parsed)) {
-    return refuse(400, 'validation_failed', 'body must be a JSON array of track points');
+    return refuse('validation_failed', 'body must be a JSON array of track points');
   }
   const count = parsed.length;
   if (count === 0) return { status: 202, body: EMPTY_ACCEPTED, points: 0 };
   if (count > limits.maxPoints) {
-    return refuse(413, 'payload_too_large', `${count} track points in one request; at most ${limits.maxPoints} (MAX_POINTS)`, count);
+    return refuse('payload_too_large', `${count} track points in one request; at most ${limits.maxPoints} (MAX_POINTS)`, count);
   }
 
   const result = validatePoints(parsed);
   if (!result.ok) {
     const n = result.invalidPoints;
-    return {
-      status: 400,
-      body: errorBody('validation_failed', `${n} invalid track point${n === 1 ? '' : 's'}`, result.details),
-      points: count,
-      reason: 'validation_failed',
-    };
+    return refuse('validation_failed', `${n} invalid track point${n === 1 ? '' : 's'}`, count, result.details);
   }
 
   const batch = encodePoints(result.points);
   const refusal = sink.tryEnqueue(batch, ticket);
   if (refusal === null) return { status: 202, body: '{"accepted":' + count + '}', points: count, awaitingDelivery: ticket !== null };
   if (refusal === 'message_too_large') {
-    return refuse(413, 'payload_too_large', `a track point encodes to ${batch.largestValue} bytes, above the Kafka message size limit`, count);
+    return refuse('payload_too_large', `a track point encodes to ${batch.largestValue} bytes, above the Kafka message size limit`, count);
   }
   return brokerUnavailable(refusal, limits, count);
 }
@@ -105,11 +101,11 @@ export function handleTrackBody(raw: Uint8Array, gzipped: boolean, limits: Track
 /** ACK_MODE=delivered: the answer once some points of an accepted request were not acknowledged. */
 export function deliveryFailed(ticket: DeliveryTicket, count: number): TrackOutcome {
   const message = `${ticket.failed} of ${count} track points were not acknowledged by Kafka (${ticket.firstError}); resend the whole request`;
-  return { ...refuse(500, 'delivery_failed', message, count), retryAfter: 1 };
+  return { ...refuse('delivery_failed', message, count), retryAfter: 1 };
 }
 
 function brokerUnavailable(refusal: Refusal, limits: TrackLimits, points: number): TrackOutcome {
-  return { ...refuse(500, 'broker_unavailable', refusalMessage(refusal, limits), points), retryAfter: 1 };
+  return { ...refuse('broker_unavailable', refusalMessage(refusal, limits), points), retryAfter: 1 };
 }
 
 function refusalMessage(refusal: Refusal, limits: TrackLimits): string {
