@@ -25,23 +25,6 @@ export const DEFAULTS = {
   LOG_LEVEL: 'info',
 } as const;
 
-/**
- * Set by the primary on each worker it forks, not by operators: the worker's slot 0..WORKERS-1,
- * kept when the slot's worker is replaced, so that a replacement finds its predecessor's journal.
- */
-export const WORKER_SLOT_ENV = 'INGEST_WORKER_SLOT';
-
-/** The value of WORKER_SLOT_ENV for a standby worker, which gets its slot when a worker dies. */
-export const STANDBY_SLOT = 'standby';
-
-/** The slot the primary gave this worker: null for a standby, 0 outside the cluster (tests). */
-export function workerSlot(env: NodeJS.ProcessEnv = process.env): number | null {
-  const value = env[WORKER_SLOT_ENV] ?? '0';
-  if (value === STANDBY_SLOT) return null;
-  const n = Number(value);
-  return Number.isInteger(n) && n >= 0 ? n : 0;
-}
-
 /** Bytes a spill journal record takes beyond its key and value (see kafka/spill-journal.ts). */
 export const SPILL_RECORD_OVERHEAD_BYTES = 20;
 

@@ -11,30 +11,22 @@
 // when one of them is still starting.)
 import cluster, { type Worker } from 'node:cluster';
 import client, { type Registry } from 'prom-client';
+import { isPrimaryMessage, isWorkerMessage, sendToPrimary, sendToWorker, type MetricsJson } from './cluster-protocol.js';
 
-const REQUEST = 'ingest:metrics?';
-const RESPONSE = 'ingest:metrics!';
-const COLLECT = 'ingest:collect?';
-const COLLECTED = 'ingest:collect!';
 const TIMEOUT_MS = 5_000;
 const COLLECT_TIMEOUT_MS = 2_000;
-
-type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
-interface MetricsRequest { type: typeof REQUEST; id: number }
-interface MetricsResponse { type: typeof RESPONSE; id: number; text?: string; error?: string }
-interface CollectRequest { type: typeof COLLECT; id: number }
-interface CollectResponse { type: typeof COLLECTED; id: number; metrics: MetricsJson }
 
 /** Primary side: answer workers' requests, asking the workers `serving()` names. */
 export function serveClusterMetrics(primaryRegistry: Registry, serving: () => Worker[]): void {
   let next = 0;
   const pending = new Map<number, (worker: Worker, metrics: MetricsJson) => void>();
-  cluster.on('message', (worker, message: MetricsRequest | CollectResponse) => {
-    if (message?.type === COLLECTED) {
+  cluster.on('message', (worker, message: unknown) => {
+    if (!isWorkerMessage(message)) return;
+    if (message.type === 'ingest:collect!') {
       pending.get(message.id)?.(worker, message.metrics);
       return;
     }
-    if (message?.type !== REQUEST) return;
+    if (message.type !== 'ingest:metrics?') return;
     const id = ++next;
     const workers = serving().filter((w) => w.isConnected());
     const collected: MetricsJson[] = [];
@@ -44,8 +36,8 @@ export function serveClusterMetrics(primaryRegistry: Registry, serving: () => Wo
       Promise.resolve()
         .then(async () => client.AggregatorRegistry.aggregate(collected).metrics().then(async (text) => text + (await primaryRegistry.metrics())))
         .then(
-          (text) => worker.send({ type: RESPONSE, id: message.id, text } satisfies MetricsResponse),
-          (err: Error) => worker.send({ type: RESPONSE, id: message.id, error: err.message } satisfies MetricsResponse),
+          (text) => sendToWorker(worker, { type: 'ingest:metrics!', id: message.id, text }),
+          (err: Error) => sendToWorker(worker, { type: 'ingest:metrics!', id: message.id, error: err.message }),
         );
     };
     const asked = new Set(workers.map((w) => w.id));
@@ -56,7 +48,7 @@ export function serveClusterMetrics(primaryRegistry: Registry, serving: () => Wo
       if (asked.size === 0) done();
     });
     if (workers.length === 0) return done();
-    for (const w of workers) w.send({ type: COLLECT, id } satisfies CollectRequest);
+    for (const w of workers) sendToWorker(w, { type: 'ingest:collect?', id });
   });
 }
 
@@ -64,12 +56,13 @@ export function serveClusterMetrics(primaryRegistry: Registry, serving: () => Wo
 export function clusterMetricsClient(registry: Registry): () => Promise<string> {
   let next = 0;
   const waiting = new Map<number, { resolve: (text: string) => void; reject: (err: Error) => void; timer: NodeJS.Timeout }>();
-  process.on('message', (message: MetricsResponse | CollectRequest) => {
-    if (message?.type === COLLECT) {
-      void registry.getMetricsAsJSON().then((metrics) => process.send?.({ type: COLLECTED, id: message.id, metrics } satisfies CollectResponse));
+  process.on('message', (message: unknown) => {
+    if (!isPrimaryMessage(message)) return;
+    if (message.type === 'ingest:collect?') {
+      void registry.getMetricsAsJSON().then((metrics) => sendToPrimary({ type: 'ingest:collect!', id: message.id, metrics }));
       return;
     }
-    if (message?.type !== RESPONSE) return;
+    if (message.type !== 'ingest:metrics!') return;
     const w = waiting.get(message.id);
     if (w === undefined) return;
     waiting.delete(message.id);
@@ -86,6 +79,6 @@ export function clusterMetricsClient(registry: Registry): () => Promise<string> 
         reject(new Error(`the primary did not answer within ${TIMEOUT_MS} ms`));
       }, TIMEOUT_MS);
       waiting.set(id, { resolve, reject, timer });
-      process.send({ type: REQUEST, id } satisfies MetricsRequest);
+      sendToPrimary({ type: 'ingest:metrics?', id });
     });
 }

@@ -12,12 +12,12 @@
 //   stop all, exit 2/3         its producer, exits) ──all exited──▶ exit 0 (1 if a worker failed to flush)
 //                              └─ SHUTDOWN_TIMEOUT_MS + 5 s and still running ──▶ SIGKILL, exit 1
 import cluster, { type Worker } from 'node:cluster';
-import { STANDBY_SLOT, WORKER_SLOT_ENV, type Config } from './config.js';
+import { isWorkerMessage, sendToWorker, STANDBY_SLOT, WORKER_SLOT_ENV } from './cluster-protocol.js';
+import type { Config } from './config.js';
 import { EXIT, STARTUP_FAILURES } from './exit-codes.js';
 import { createLogger } from './log.js';
 import { serveClusterMetrics } from './metrics-ipc.js';
 import { createPrimaryMetrics } from './metrics.js';
-import { STANDBY_ACTIVATE, STANDBY_READY, WORKER_READY, WORKER_SHUTDOWN } from './worker.js';
 
 /** Restart back-off: a lone crash is replaced at once; repeated crashes (a crash loop) wait longer. */
 const RESTART_BASE_MS = 100;
@@ -46,8 +46,8 @@ export function runPrimary(config: Config): void {
     const worker = cluster.fork({ [WORKER_SLOT_ENV]: STANDBY_SLOT });
     standby = worker;
     standbyReady = false;
-    worker.on('message', (m: { type?: string }) => {
-      if (m?.type === STANDBY_READY && standby === worker) standbyReady = true;
+    worker.on('message', (m: unknown) => {
+      if (isWorkerMessage(m) && m.type === 'ingest:standby-ready' && standby === worker) standbyReady = true;
     });
     watchWorker(worker);
   };
@@ -58,7 +58,7 @@ export function runPrimary(config: Config): void {
     if (worker === null || !standbyReady || !worker.isConnected()) return false;
     standby = null;
     slots.set(worker.id, slot);
-    worker.send({ type: STANDBY_ACTIVATE, slot });
+    sendToWorker(worker, { type: 'ingest:standby-activate', slot });
     metrics.workers.set(slots.size);
     forkStandby();
     return true;
@@ -73,8 +73,8 @@ export function runPrimary(config: Config): void {
   };
 
   const watchWorker = (worker: Worker): void => {
-    worker.on('message', (m: { type?: string }) => {
-      if (m?.type !== WORKER_READY) return;
+    worker.on('message', (m: unknown) => {
+      if (!isWorkerMessage(m) || m.type !== 'ingest:worker-listening') return;
       listening.add(worker.id);
       if (!announced && listening.size === config.workers) {
         announced = true;
@@ -134,7 +134,7 @@ export function runPrimary(config: Config): void {
     for (const w of workers) {
       if (w === undefined) continue;
       if (!slots.has(w.id)) w.process.kill('SIGTERM'); // the standby holds nothing to flush
-      else if (w.isConnected()) w.send({ type: WORKER_SHUTDOWN });
+      else if (w.isConnected()) sendToWorker(w, { type: 'ingest:shutdown' });
     }
     setTimeout(() => {
       log.error('workers did not stop in time; killing them');

@@ -9,7 +9,8 @@
 //   fatal producer error: the same shutdown, then exit 1 so that the primary starts a fresh worker
 import cluster from 'node:cluster';
 import { hostname } from 'node:os';
-import { workerSlot, type Config } from './config.js';
+import { isPrimaryMessage, sendToPrimary, workerSlot } from './cluster-protocol.js';
+import type { Config } from './config.js';
 import { EXIT } from './exit-codes.js';
 import { HttpServer } from './http/server.js';
 import { producerSettings, TrackProducer } from './kafka/producer.js';
@@ -20,11 +21,6 @@ import { clusterMetricsClient } from './metrics-ipc.js';
 import { createWorkerMetrics } from './metrics.js';
 import { buildOpenApi } from './openapi.js';
 
-export const WORKER_READY = 'ingest:worker-listening';
-export const WORKER_SHUTDOWN = 'ingest:shutdown';
-export const STANDBY_READY = 'ingest:standby-ready';
-/** Primary → standby: { type, slot }. */
-export const STANDBY_ACTIVATE = 'ingest:standby-activate';
 const LISTEN_AFTER_PRODUCER_WAIT_MS = 5_000;
 
 export async function runWorker(config: Config): Promise<void> {
@@ -114,8 +110,8 @@ export async function runWorker(config: Config): Promise<void> {
   producer.onFatal = () => shutdown('fatal producer error', EXIT.CRASH);
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));
-  process.on('message', (m: { type?: string }) => {
-    if (m?.type === WORKER_SHUTDOWN) shutdown('primary asked');
+  process.on('message', (m: unknown) => {
+    if (isPrimaryMessage(m) && m.type === 'ingest:shutdown') shutdown('primary asked');
   });
   // The primary is gone (killed with SIGKILL): do not linger as an orphan holding the port.
   process.on('disconnect', () => shutdown('primary disconnected'));
@@ -136,7 +132,7 @@ export async function runWorker(config: Config): Promise<void> {
     process.exit(EXIT.LISTEN);
   }
   log.debug({ listen: config.listen }, 'worker listening');
-  process.send?.({ type: WORKER_READY });
+  sendToPrimary({ type: 'ingest:worker-listening' });
 }
 
 /**
@@ -148,9 +144,10 @@ function standBy(log: Logger): Promise<number> {
   process.title = 'track-ingest standby';
   return new Promise((resolve) => {
     const exit = () => process.exit(EXIT.OK);
-    const onMessage = (m: { type?: string; slot?: number }) => {
-      if (m?.type === WORKER_SHUTDOWN) exit();
-      if (m?.type !== STANDBY_ACTIVATE || typeof m.slot !== 'number') return;
+    const onMessage = (m: unknown) => {
+      if (!isPrimaryMessage(m)) return;
+      if (m.type === 'ingest:shutdown') exit();
+      if (m.type !== 'ingest:standby-activate') return;
       for (const signal of ['SIGTERM', 'SIGINT'] as const) process.off(signal, exit);
       process.off('disconnect', exit);
       process.off('message', onMessage);
@@ -161,6 +158,6 @@ function standBy(log: Logger): Promise<number> {
     process.on('SIGINT', exit);
     process.on('disconnect', exit);
     process.on('message', onMessage);
-    process.send?.({ type: STANDBY_READY });
+    sendToPrimary({ type: 'ingest:standby-ready' });
   });
 }

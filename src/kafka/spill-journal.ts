@@ -1,7 +1,7 @@
 // The spill journal: where a worker keeps accepted points whose delivery failed after their 202
 // (a message timeout during a long outage, a fatal producer error), until they can be replayed.
 //
-// One journal per worker slot (WORKER_SLOT, stable across restarts of that slot), so no two
+// One journal per worker slot (INGEST_WORKER_SLOT, stable across restarts of that slot), so no two
 // processes ever write the same file and no locking is needed. A journal is a sequence of files
 // `worker-<slot>.<seq>.spill`; the newest is appended to, the older ones wait for replay. Slot 0
 // also adopts the files of slots that no longer exist (the service was restarted with fewer
