@@ -52,7 +52,7 @@ export interface Config {
   shutdownTimeoutMs: number;
   /** Keep one booted, idle worker that takes over the slot of a worker that dies. */
   standbyWorker: boolean;
-  /** async: 202 once enqueued (spec); delivered: 202 once Kafka acknowledged every point. */
+  /** async: 202 once enqueued (the contract: the answer does not wait for Kafka); delivered: 202 once Kafka acknowledged every point. */
   ackMode: AckMode;
   /** delivered mode: librdkafka's message.timeout.ms, the longest a request waits for Kafka. */
   deliveryTimeoutMs: number;

@@ -44,12 +44,12 @@ export async function runWorker(config: Config): Promise<void> {
       onCorrupt: (file, validBytes, fileBytes) =>
         log.error({ file, validBytes, fileBytes }, 'spill journal file ends in a torn or corrupt record; replaying the records before it'),
       onWriteError: (err, records) => {
-        log.error({ err: err.message, records }, 'spill journal write failed: these points are lost; POST /track answers 500 until writes succeed');
+        log.error({ err, records }, 'spill journal write failed: these points are lost; POST /track answers 500 until writes succeed');
         producer.journalWriteFailed(records);
       },
     });
   } catch (err) {
-    log.fatal({ err: (err as Error).message }, 'cannot open the spill journal (check SPILL_DIR)');
+    log.fatal({ err }, 'cannot open the spill journal (check SPILL_DIR)');
     process.exit(EXIT.CONFIG);
   }
   log.info({ slot, ackMode: config.ackMode }, 'worker started');
@@ -59,7 +59,7 @@ export async function runWorker(config: Config): Promise<void> {
   try {
     producer = new TrackProducer(config, log, metrics, journal, producerSettings(config, `track-ingest-${hostname()}-${workerId}`));
   } catch (err) {
-    log.fatal({ err: (err as Error).message }, 'invalid Kafka producer setting (check MQ_OPT_* variables)');
+    log.fatal({ err }, 'invalid Kafka producer setting (check MQ_OPT_* variables)');
     process.exit(EXIT.CONFIG);
   }
   producer.start();
@@ -128,7 +128,7 @@ export async function runWorker(config: Config): Promise<void> {
   try {
     await server.listen();
   } catch (err) {
-    log.fatal({ err: (err as Error).message }, 'cannot listen');
+    log.fatal({ err }, 'cannot listen');
     process.exit(EXIT.LISTEN);
   }
   log.debug({ listen: config.listen }, 'worker listening');

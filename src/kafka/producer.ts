@@ -1,5 +1,6 @@
-// One node-rdkafka producer per worker (created after the fork: librdkafka's threads do not
-// survive fork()). librdkafka does the batching: linger.ms=10, batch.num.messages=100 (spec 6).
+// One node-rdkafka producer per worker process, created by the worker itself: each worker is its own
+// librdkafka client (cluster.fork() starts a new process). librdkafka does the batching: linger.ms=10,
+// batch.num.messages=100, as the README's "The Kafka messages" states.
 //
 // What this module promises the HTTP edge:
 //   - tryEnqueue() takes all points of a request or none (see the comment on it);
@@ -331,7 +332,7 @@ export class TrackProducer {
     if (batch.largestValue > this.messageMaxBytes) return 'message_too_large';
     if (this.spillMustKeep && !this.spillHasRoomFor(batch.count, batch.bytes)) return 'spill_full';
 
-    // The Kafka timestamp is the time of acceptance, not the device clock (decisions): a device
+    // The Kafka timestamp is the time of acceptance, not the device clock (README, "The Kafka messages"): a device
     // clock hours ahead would make the broker reject the whole batch.
     const now = Date.now();
     const { keys, values, count } = batch;
@@ -412,7 +413,7 @@ export class TrackProducer {
     this.producer.connect({ topic: this.topic, timeout: 10_000 }, (err, metadata) => {
       clearInterval(earlyPoll);
       if (err) {
-        this.connectFailures.report({ brokers: this.config.brokers, err: err.message });
+        this.connectFailures.report({ brokers: this.config.brokers, err });
         setTimeout(() => this.connect(), RECONNECT_DELAY_MS).unref();
         return;
       }
@@ -500,7 +501,7 @@ export class TrackProducer {
   private onError(err: Kafka.LibrdKafkaError): void {
     if (err.isFatal) {
       this.fatal = true;
-      this.log.fatal({ err }, 'fatal kafka producer error: this worker stops taking points, spills what it holds and is replaced');
+      this.log.fatal({ err }, 'fatal kafka producer error: this worker stops taking points and is replaced (ACK_MODE=async: what failed is spilled)');
       this.updateRefusal();
       this.onFatal?.();
       return;

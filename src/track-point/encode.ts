@@ -1,4 +1,4 @@
-// The Kafka message of one accepted point (decisions, "The message written to the broker"):
+// The Kafka message of one accepted point (README, "The Kafka messages"):
 //   key   = container_id (UTF-8)
 //   value = {"container_id":…,"lat":…,"lon":…,"timestamp":…,"speed":…}
 // written by a fixed-shape serializer rather than a generic JSON.stringify of each point.
@@ -18,7 +18,7 @@ export interface EncodedPoints {
 /**
  * One value as a string. Numbers: `'' + n` is Number::toString, the same text JSON.stringify
  * writes for any finite number (and "0" for -0). `timestamp` passed the RFC 3339 grammar, so it
- * holds only digits, letters T/Z, ':', '.', '+', '-': nothing to escape. `container_id` is free
+ * holds only digits, the letters T/t and Z/z, ':', '.', '+', '-': nothing to escape. `container_id` is free
  * text and goes through JSON.stringify, which escapes quotes, controls and lone surrogates.
  */
 export function encodeValue(p: TrackPoint): string {

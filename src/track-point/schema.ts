@@ -1,5 +1,5 @@
 // The track point: its type, its validation rules and its error messages, defined once here.
-// Spec section 2 and the decisions' "Track point validation". The OpenAPI document is generated
+// The rules are the README's table of fields (the API contract). The OpenAPI document is generated
 // from this schema too, so the API description cannot drift from what the validator does.
 import { z } from 'zod';
 import { MAX_ERROR_DETAILS, type PointIssue } from '../errors.js';
