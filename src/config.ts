@@ -139,9 +139,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
   }
   const parsed = EnvSchema.safeParse(raw);
   if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const variable = String(issue.path[0]);
-    throw new ConfigError(variable, `${issue.message} (got ${JSON.stringify(raw[variable])})`);
+    // zod reports at least one issue on failure; the first names the variable.
+    const issue = parsed.error.issues[0];
+    const variable = String(issue?.path[0] ?? 'environment');
+    throw new ConfigError(variable, `${issue?.message ?? parsed.error.message} (got ${JSON.stringify(raw[variable])})`);
   }
   const e = parsed.data;
   const config: Config = {

@@ -4,6 +4,21 @@
 // checks that the README's table lists each code. Bodies are JSON:
 //   {"error": "validation_failed", "message": "2 invalid track points", "details": [...]}
 
+/** Every status the service answers with, and its status line (uWS wants the whole line). */
+export const STATUS_LINE = {
+  200: '200 OK',
+  202: '202 Accepted',
+  400: '400 Bad Request',
+  404: '404 Not Found',
+  405: '405 Method Not Allowed',
+  413: '413 Payload Too Large',
+  415: '415 Unsupported Media Type',
+  500: '500 Internal Server Error',
+  503: '503 Service Unavailable',
+} as const;
+
+export type HttpStatus = keyof typeof STATUS_LINE;
+
 export const ERROR_STATUS = {
   invalid_json: 400,
   validation_failed: 400,
@@ -13,7 +28,7 @@ export const ERROR_STATUS = {
   unsupported_media_type: 415,
   broker_unavailable: 500,
   delivery_failed: 500,
-} as const;
+} as const satisfies Record<string, HttpStatus>;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;
 
@@ -28,19 +43,6 @@ export const TRACK_REJECTIONS = [
 ] as const satisfies readonly ErrorCode[];
 
 export type TrackRejection = (typeof TRACK_REJECTIONS)[number];
-
-/** uWS wants the whole status line. */
-export const STATUS_LINE: Readonly<Record<number, string>> = {
-  200: '200 OK',
-  202: '202 Accepted',
-  400: '400 Bad Request',
-  404: '404 Not Found',
-  405: '405 Method Not Allowed',
-  413: '413 Payload Too Large',
-  415: '415 Unsupported Media Type',
-  500: '500 Internal Server Error',
-  503: '503 Service Unavailable',
-};
 
 /** One rejected field of one point. `field` is absent when the element itself is wrong (not an object). */
 export interface PointIssue {

@@ -3,15 +3,15 @@
 // whichever worker answers it, covers every worker. Label sets are bounded: routes, status codes,
 // reasons, librdkafka error names and broker ids; never a container id.
 import client from 'prom-client';
-import { ERROR_STATUS, TRACK_REJECTIONS, type TrackRejection } from './errors.js';
+import { STATUS_LINE, TRACK_REJECTIONS, type HttpStatus, type TrackRejection } from './errors.js';
 import type { Route } from './routes.js';
 
 const { Counter, Gauge, Histogram, Registry } = client;
 
 export const METRIC_PREFIX = 'ingest_';
 
-/** Every status the service answers with: its own (200, 202, 503) and the error catalogue's. */
-export const STATUSES = [...new Set([200, 202, 503, ...Object.values(ERROR_STATUS)])].sort((a, b) => a - b);
+/** Every status the service answers with (label values of the request counters). */
+export const STATUSES = (Object.keys(STATUS_LINE).map(Number) as HttpStatus[]).sort((a, b) => a - b);
 
 /**
  * What the POST /track path counts, as plain numbers: incrementing a field costs nothing, while a
@@ -19,7 +19,7 @@ export const STATUSES = [...new Set([200, 202, 503, ...Object.values(ERROR_STATU
  * request). The counters below read these totals when Prometheus scrapes.
  */
 export class TrackTally {
-  readonly byStatus = new Float64Array(600);
+  readonly byStatus = Object.fromEntries(STATUSES.map((status) => [status, 0])) as Record<HttpStatus, number>;
   points = 0;
   bytes = 0;
   readonly rejected = Object.fromEntries(TRACK_REJECTIONS.map((code) => [code, 0])) as Record<TrackRejection, number>;
@@ -49,7 +49,7 @@ export function createWorkerMetrics(workerId: string) {
     registers,
     collect() {
       for (const s of STATUSES) {
-        const d = delta(`status${s}`, tally.byStatus[s]!);
+        const d = delta(`status${s}`, tally.byStatus[s]);
         if (d > 0) this.labels('/track', String(s)).inc(d);
       }
     },
@@ -214,11 +214,8 @@ export function createWorkerMetrics(workerId: string) {
   });
 
   // The other routes are rare: children bound once at start-up are plenty.
-  const byStatus = (route: Route) => {
-    const out: Record<number, client.Counter.Internal> = {};
-    for (const s of STATUSES) out[s] = requests.labels(route, String(s));
-    return out;
-  };
+  const byStatus = (route: Route) =>
+    Object.fromEntries(STATUSES.map((s) => [s, requests.labels(route, String(s))])) as Record<HttpStatus, client.Counter.Internal>;
   return {
     registry,
     /** POST /track: plain tallies, and the two label-less histograms. */

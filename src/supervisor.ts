@@ -114,7 +114,7 @@ export function runPrimary(config: Config): void {
     }
     const now = Date.now();
     recentCrashes.push(now);
-    while (recentCrashes.length > 0 && now - recentCrashes[0]! > CRASH_WINDOW_MS) recentCrashes.shift();
+    while (now - (recentCrashes[0] ?? now) > CRASH_WINDOW_MS) recentCrashes.shift();
     const delay = recentCrashes.length === 1 ? 0 : Math.min(RESTART_MAX_MS, RESTART_BASE_MS * 2 ** (recentCrashes.length - 2));
     metrics.workerRestarts.inc();
     log.error({ worker: worker.id, slot, pid: worker.process.pid, code, signal, restartInMs: delay, crashesLastMinute: recentCrashes.length }, 'worker exited unexpectedly; replacing it');

@@ -4,7 +4,7 @@
 // Every worker listens on the same port; uWS sets SO_REUSEPORT, so the kernel spreads connections.
 import uWS from 'uWebSockets.js';
 import type { Config } from '../config.js';
-import { errorAnswer, STATUS_LINE, type ErrorAnswer } from '../errors.js';
+import { errorAnswer, STATUS_LINE, type ErrorAnswer, type HttpStatus } from '../errors.js';
 import type { DeliveryTicket } from '../kafka/producer.js';
 import type { Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics.js';
@@ -218,7 +218,7 @@ export class HttpServer {
       res.pause();
     }
     res.cork(() => {
-      res.writeStatus(STATUS_LINE[outcome.status]!).writeHeader('content-type', JSON_TYPE);
+      res.writeStatus(STATUS_LINE[outcome.status]).writeHeader('content-type', JSON_TYPE);
       if (outcome.retryAfter !== undefined) res.writeHeader('retry-after', String(outcome.retryAfter));
       if (stopReading) res.writeHeader('connection', 'close');
       res.end(outcome.body, this.draining);
@@ -242,15 +242,15 @@ export class HttpServer {
 
   private reply(
     res: uWS.HttpResponse,
-    status: number,
+    status: HttpStatus,
     body: string,
     route: RouteMetrics | null,
     allow?: string,
   ): void {
-    res.writeStatus(STATUS_LINE[status]!).writeHeader('content-type', JSON_TYPE);
+    res.writeStatus(STATUS_LINE[status]).writeHeader('content-type', JSON_TYPE);
     if (allow !== undefined) res.writeHeader('allow', allow);
     res.end(body, this.draining);
-    route?.requests[status]?.inc();
+    route?.requests[status].inc();
   }
 
   private refuse(res: uWS.HttpResponse, answer: ErrorAnswer, route: RouteMetrics | null, allow?: string): void {
@@ -266,17 +266,17 @@ export class HttpServer {
       (text) => {
         if (aborted) return;
         res.cork(() => {
-          res.writeStatus(STATUS_LINE[200]!).writeHeader('content-type', TEXT_METRICS_TYPE).end(text, this.draining);
+          res.writeStatus(STATUS_LINE[200]).writeHeader('content-type', TEXT_METRICS_TYPE).end(text, this.draining);
         });
-        route.requests[200]!.inc();
+        route.requests[200].inc();
       },
       (err: unknown) => {
         this.deps.log.warn({ err }, 'collecting cluster metrics failed');
         if (aborted) return;
         res.cork(() => {
-          res.writeStatus(STATUS_LINE[503]!).writeHeader('content-type', 'text/plain').end(`metrics unavailable: ${String(err)}\n`);
+          res.writeStatus(STATUS_LINE[503]).writeHeader('content-type', 'text/plain').end(`metrics unavailable: ${String(err)}\n`);
         });
-        route.requests[503]!.inc();
+        route.requests[503].inc();
       },
     );
   }

@@ -5,13 +5,13 @@
 //     413 / 400         400            400          400      413           400     413      500
 import { isUtf8 } from 'node:buffer';
 import { gunzipSync } from 'node:zlib';
-import { errorAnswer, type PointIssue, type TrackRejection } from '../errors.js';
+import { errorAnswer, type HttpStatus, type PointIssue, type TrackRejection } from '../errors.js';
 import type { DeliveryTicket, Refusal } from '../kafka/producer.js';
 import { encodePoints, type EncodedPoints } from '../track-point/encode.js';
 import { validatePoints } from '../track-point/schema.js';
 
 export interface TrackOutcome {
-  status: number;
+  status: HttpStatus;
   body: string;
   /** Set on 500: the client should retry after this many seconds. */
   retryAfter?: number;

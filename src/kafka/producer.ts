@@ -339,12 +339,19 @@ export class TrackProducer {
     const topic = this.topic;
     let i = 0;
     try {
+      // keys and values have one entry per point (encodePoints).
       if (ticket === null) {
-        for (; i < count; i++) this.producer.produce(topic, null, values[i]!, keys[i], now);
+        for (const value of values) {
+          this.producer.produce(topic, null, value, keys[i], now);
+          i++;
+        }
       } else {
         ticket.remaining = count;
         ticket.enqueuedAt = performance.now();
-        for (; i < count; i++) this.producer.produce(topic, null, values[i]!, keys[i], now, ticket);
+        for (const value of values) {
+          this.producer.produce(topic, null, value, keys[i], now, ticket);
+          i++;
+        }
       }
     } catch (err) {
       // Only the points already queued will report: the request is answered 500 now, not by settle().
@@ -533,10 +540,10 @@ export class TrackProducer {
       const broker = String(b.nodeid);
       if (b.state === 'UP') up++;
       // Enqueue to acknowledgement ≈ time in the producer queue + in the request queue + round trip.
-      const parts = [b.int_latency, b.outbuf_latency, b.rtt];
-      if (parts.every((w) => w !== undefined && w.cnt > 0)) {
-        p50 = Math.max(p50, parts.reduce((sum, w) => sum + w!.p50, 0));
-        p99 = Math.max(p99, parts.reduce((sum, w) => sum + w!.p99, 0));
+      const parts = [b.int_latency, b.outbuf_latency, b.rtt].filter((w): w is Window => w !== undefined && w.cnt > 0);
+      if (parts.length === 3) {
+        p50 = Math.max(p50, parts.reduce((sum, w) => sum + w.p50, 0));
+        p99 = Math.max(p99, parts.reduce((sum, w) => sum + w.p99, 0));
       }
       if (b.rtt !== undefined && b.rtt.cnt > 0) this.metrics.brokerRtt.labels(broker).set(b.rtt.p99 / 1e6);
       this.metrics.brokerInflight.labels(broker).set(b.waitresp_cnt);

@@ -165,7 +165,8 @@ export class SpillJournal {
     if (this.flushTimer !== null) clearTimeout(this.flushTimer);
     this.flushTimer = null;
     if (this.pendingBytes === 0) return;
-    const batch = this.pending.length === 1 ? this.pending[0]! : Buffer.concat(this.pending, this.pendingBytes);
+    const [first] = this.pending;
+    const batch = this.pending.length === 1 && first !== undefined ? first : Buffer.concat(this.pending, this.pendingBytes);
     const path = this.activePath ?? this.newFilePath();
     try {
       if (this.activeFd === null) {
@@ -219,8 +220,11 @@ export class SpillJournal {
   private sealActive(): void {
     if (this.activeFd === null) return;
     closeSync(this.activeFd);
-    this.waiting.push({ path: this.activePath!, bytes: this.activeBytes });
-    this.waitingBytes += this.activeBytes;
+    // An open file always has its path (appendBatch sets both).
+    if (this.activePath !== null) {
+      this.waiting.push({ path: this.activePath, bytes: this.activeBytes });
+      this.waitingBytes += this.activeBytes;
+    }
     this.activeFd = null;
     this.activePath = null;
     this.activeBytes = 0;
@@ -284,9 +288,10 @@ export class SpillJournal {
   /** Deletes a replayed file. */
   remove(path: string): void {
     const i = this.waiting.findIndex((f) => f.path === path);
-    if (i < 0) return;
+    const file = this.waiting[i];
+    if (file === undefined) return;
     unlinkSync(path);
-    this.waitingBytes -= this.waiting[i]!.bytes;
+    this.waitingBytes -= file.bytes;
     this.waiting.splice(i, 1);
   }
 

@@ -50,32 +50,32 @@ export function encodePoints(points: readonly TrackPoint[]): EncodedPoints {
   const ends = new Uint32Array(count);
   let all = '';
   let keyBytes = 0;
-  for (let i = 0; i < count; i++) {
-    const p = points[i]!;
+  let i = 0;
+  for (const p of points) {
     keys[i] = p.container_id;
     keyBytes += Buffer.byteLength(p.container_id);
     all += encodeValue(p);
-    ends[i] = all.length;
+    ends[i++] = all.length;
   }
   if (scratch.length < all.length * 3) scratch = Buffer.allocUnsafe(Math.max(all.length * 3, scratch.length * 2));
   const bytes = scratch.write(all, 0);
   const values = new Array<Buffer>(count);
   let largestValue = 0;
   let start = 0;
+  i = 0;
   if (bytes === all.length) {
     // All ASCII (the usual case): byte offsets are character offsets.
-    for (let i = 0; i < count; i++) {
-      const end = ends[i]!;
-      values[i] = scratch.subarray(start, end);
+    for (const end of ends) {
+      values[i++] = scratch.subarray(start, end);
       if (end - start > largestValue) largestValue = end - start;
       start = end;
     }
   } else {
-    for (let i = 0; i < count; i++) {
-      const value = Buffer.from(all.slice(start, ends[i]));
-      values[i] = value;
+    for (const end of ends) {
+      const value = Buffer.from(all.slice(start, end));
+      values[i++] = value;
       if (value.length > largestValue) largestValue = value.length;
-      start = ends[i]!;
+      start = end;
     }
   }
   return { count, keys, values, bytes: bytes + keyBytes, largestValue };

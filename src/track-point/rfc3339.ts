@@ -39,7 +39,7 @@ export function isRfc3339DateTime(s: string): boolean {
   const month = two(s, 5);
   if (month < 1 || month > 12) return false;
   const day = two(s, 8);
-  const maxDay = month === 2 && isLeapYear(year) ? 29 : DAYS_IN_MONTH[month]!;
+  const maxDay = month === 2 && isLeapYear(year) ? 29 : (DAYS_IN_MONTH[month] ?? 0);
   if (day < 1 || day > maxDay) return false;
   const t = s.charCodeAt(10);
   if (t !== 84 /* T */ && t !== 116 /* t */) return false;
