@@ -8,7 +8,7 @@ import type { Route } from './routes.js';
 
 const { Counter, Gauge, Histogram, Registry } = client;
 
-export const METRIC_PREFIX = 'ingest_';
+const METRIC_PREFIX = 'ingest_';
 
 /** Every status the service answers with (label values of the request counters). */
 export const STATUSES = (Object.keys(STATUS_LINE).map(Number) as HttpStatus[]).sort((a, b) => a - b);
@@ -262,5 +262,3 @@ export function createPrimaryMetrics() {
   });
   return { registry, workerRestarts, workers };
 }
-
-export type PrimaryMetrics = ReturnType<typeof createPrimaryMetrics>;

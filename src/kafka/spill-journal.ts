@@ -22,7 +22,7 @@ import { SPILL_RECORD_OVERHEAD_BYTES } from '../config.js';
 
 const RECORD_HEADER_BYTES = SPILL_RECORD_OVERHEAD_BYTES;
 /** Appends wait at most this long before they are written and synced. */
-export const SPILL_FLUSH_INTERVAL_MS = 20;
+const SPILL_FLUSH_INTERVAL_MS = 20;
 /** ...or until this many bytes are waiting. */
 const SPILL_FLUSH_BYTES = 4 * 1024 * 1024;
 const READ_CHUNK_BYTES = 4 * 1024 * 1024;

@@ -14,7 +14,7 @@ import type { WorkerMetrics } from '../metrics.js';
 import type { SpillJournal, SpillRecord } from './spill-journal.js';
 
 /** How often an idle worker looks whether its journal holds something and the broker is back. */
-export const SPILL_REPLAY_CHECK_MS = 1_000;
+const SPILL_REPLAY_CHECK_MS = 1_000;
 /** After a replay in which Kafka took nothing (it refuses these points), wait longer, up to this. */
 const REPLAY_BACKOFF_MAX_MS = 10_000;
 const CONNECT_TIMEOUT_MS = 10_000;
@@ -51,12 +51,6 @@ export class SpillReplayer {
     this.stopping = true;
     if (this.timer !== null) clearInterval(this.timer);
     await this.running;
-  }
-
-  /** Replays now if there is anything to replay; resolves when this replay has ended. */
-  replayNow(): Promise<void> {
-    this.tick();
-    return this.running ?? Promise.resolve();
   }
 
   private tick(): void {

@@ -46,7 +46,7 @@ export const TrackPointSchema = z.object(
 /** A validated point: `speed` filled in, unknown fields dropped. */
 export type TrackPoint = z.output<typeof TrackPointSchema>;
 
-export const TrackPointsSchema = z.array(TrackPointSchema);
+const TrackPointsSchema = z.array(TrackPointSchema);
 
 export type ValidationResult =
   | { ok: true; points: TrackPoint[] }
