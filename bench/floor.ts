@@ -17,7 +17,7 @@ import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import Kafka from 'node-rdkafka';
 import { loadConfig } from '../src/config.js';
-import { producerSettings } from '../src/kafka/producer.js';
+import { producerSettings } from '../src/kafka/settings.js';
 import { encodePoints } from '../src/track-point/encode.js';
 import { validatePoints, type TrackPoint } from '../src/track-point/schema.js';
 import { BROKERS, createTopic, deleteTopic, uniqueTopic } from '../test/helpers/kafka.js';

@@ -7,7 +7,7 @@ import { cpus, totalmem } from 'node:os';
 import autocannon from 'autocannon';
 import Kafka from 'node-rdkafka';
 import { loadConfig } from '../src/config.js';
-import { producerSettings } from '../src/kafka/producer.js';
+import { producerSettings } from '../src/kafka/settings.js';
 import { BROKERS, createTopic, deleteTopic } from '../test/helpers/kafka.js';
 import { startGateway, type Gateway } from '../test/helpers/gateway.js';
 import { freePort } from '../test/helpers/service.js';

@@ -5,7 +5,8 @@
 //             in the background whenever it holds points and Kafka is reachable
 //   shutdown: stop listening → wait for bodies being read → stop a replay → producer.drain (refuses
 //             new points with 500, flushes what it holds, bounded by SHUTDOWN_TIMEOUT_MS; failures go
-//             to the journal) → exit 0, or 4 if points were still unacknowledged at the deadline
+//             to the journal) → journal closed (on disk) → exit 0, or 4 if points were still
+//             unacknowledged at the deadline
 //   fatal producer error: the same shutdown, then exit 1 so that the primary starts a fresh worker
 import cluster from 'node:cluster';
 import { hostname } from 'node:os';
@@ -13,7 +14,8 @@ import { isPrimaryMessage, sendToPrimary, workerSlot } from './cluster-protocol.
 import type { Config } from './config.js';
 import { EXIT } from './exit-codes.js';
 import { HttpServer } from './http/server.js';
-import { producerSettings, TrackProducer } from './kafka/producer.js';
+import { TrackProducer } from './kafka/producer.js';
+import { producerSettings } from './kafka/settings.js';
 import { SpillJournal } from './kafka/spill-journal.js';
 import { SpillReplayer } from './kafka/spill-replay.js';
 import { createLogger, type Logger } from './log.js';
@@ -52,6 +54,7 @@ export async function runWorker(config: Config): Promise<void> {
     log.fatal({ err }, 'cannot open the spill journal (check SPILL_DIR)');
     process.exit(EXIT.CONFIG);
   }
+  metrics.setSpillSource(() => journal.bytes);
   log.info({ slot, ackMode: config.ackMode }, 'worker started');
   if (!journal.isEmpty) log.warn({ dir: config.spillDir, slot, bytes: journal.bytes }, 'spill journal holds points from an earlier run; replaying them once Kafka is reachable');
 
@@ -92,6 +95,12 @@ export async function runWorker(config: Config): Promise<void> {
       await server.stop(Math.min(2_000, config.shutdownTimeoutMs / 4));
       await replayer.stop();
       const left = await producer.drain(Math.max(100, deadline - Date.now()));
+      // What failed during the drain is in the journal's write buffer: on disk before the process exits.
+      try {
+        journal.close();
+      } catch (err) {
+        log.error({ err }, 'cannot write the spill journal on shutdown');
+      }
       // delivered mode: the last acknowledgements were answered just now; let the sockets take them.
       await server.settled(Math.max(100, deadline - Date.now()));
       if (left > 0) {

@@ -5,7 +5,7 @@
 import uWS from 'uWebSockets.js';
 import type { Config } from '../config.js';
 import { errorAnswer, STATUS_LINE, type ErrorAnswer, type HttpStatus } from '../errors.js';
-import type { DeliveryTicket } from '../kafka/producer.js';
+import type { DeliveryTicket } from '../kafka/delivery-reports.js';
 import type { Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics.js';
 import { GET_PATHS, TRACK_PATH, type GetPath } from '../routes.js';

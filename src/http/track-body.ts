@@ -6,7 +6,8 @@
 import { isUtf8 } from 'node:buffer';
 import { gunzipSync } from 'node:zlib';
 import { errorAnswer, type HttpStatus, type PointIssue, type TrackRejection } from '../errors.js';
-import type { DeliveryTicket, Refusal } from '../kafka/producer.js';
+import type { DeliveryTicket } from '../kafka/delivery-reports.js';
+import type { Refusal } from '../kafka/producer.js';
 import { encodePoints, type EncodedPoints } from '../track-point/encode.js';
 import { validatePoints } from '../track-point/schema.js';
 

@@ -18,50 +18,31 @@
 // failures come back as reports; the depth of the queue is librdkafka's own `msg_cnt`/`msg_size`
 // (statistics every 100 ms) plus what was enqueued since those statistics were read.
 //
-// A failure report carries the message (dr_msg_cb), and in ACK_MODE=async the point goes to the spill
-// journal, to be replayed (spill-replay.ts): a 202 is never silently lost. Admission keeps room for
-// that: a request is refused once the journal could not take the whole producer queue as well.
+// A failure report carries the message, and in ACK_MODE=async the point goes to the spill journal
+// (delivery-reports.ts), to be replayed (spill-replay.ts): a 202 is never silently lost. Admission
+// keeps room for that: a request is refused once the journal could not take the whole producer queue
+// as well. ACK_MODE=delivered is the exception to "reports only for failures": every message reports
+// back to its request's ticket. Capped by node-rdkafka's report rate above, it is the slower,
+// end-to-end mode.
 //
-// ACK_MODE=delivered is the exception to "reports only for failures": every message carries its
-// request's DeliveryTicket (opaque) and reports back, and the request is answered when all did.
-// Capped by node-rdkafka's report rate above, it is the slower, end-to-end mode.
+// The other jobs live beside this file: settings.ts (the librdkafka properties), broker-state.ts
+// (what is known about Kafka and what follows for admission and readiness), broker-silence.ts (a
+// broker that stops answering), statistics.ts (librdkafka's statistics to Prometheus),
+// delivery-reports.ts (reports, tickets, spilling).
 import Kafka from 'node-rdkafka';
 import { SPILL_RECORD_OVERHEAD_BYTES, spillReserveBytes, type Config } from '../config.js';
 import { Throttled, type Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics.js';
 import type { EncodedPoints } from '../track-point/encode.js';
-import { CONTAINER_ID_MAX_LENGTH } from '../track-point/schema.js';
-import { BrokerSilence, type SilentBroker } from './broker-silence.js';
+import { BrokerState, silenceReason, type BrokerRefusal } from './broker-state.js';
+import { codeName, DeliveryReports, type DeliveryTicket } from './delivery-reports.js';
+import { messageMaxBytes, type ProducerSettings } from './settings.js';
 import type { SpillJournal } from './spill-journal.js';
+import { realBrokers, StatisticsExporter, topicHasLeader, type Statistics } from './statistics.js';
 
-export type Refusal =
-  | 'connecting'
-  | 'fatal_error'
-  | 'topic_unknown'
-  | 'broker_down'
-  | 'broker_stalled'
-  | 'queue_full'
-  | 'message_too_large'
-  | 'produce_failed'
-  | 'spill_full'
-  | 'shutting_down';
+/** Why tryEnqueue or admission refused: the broker state's reasons, and the queue's. */
+export type Refusal = BrokerRefusal | 'queue_full' | 'message_too_large' | 'produce_failed' | 'spill_full';
 
-/**
- * ACK_MODE=delivered: one per request. The producer counts its points down as Kafka reports them and
- * calls settle() once, when the last one reported; `failed` says how many were not acknowledged.
- */
-export interface DeliveryTicket {
-  remaining: number;
-  failed: number;
-  /** librdkafka's message for the first failure, e.g. "Local: Message timed out". */
-  firstError: string;
-  /** performance.now() when its points were handed to librdkafka (set by tryEnqueue). */
-  enqueuedAt: number;
-  settle(ticket: DeliveryTicket): void;
-}
-
-/** librdkafka's default `message.max.bytes`; overridable through MQ_OPT_MESSAGE_MAX_BYTES. */
-const DEFAULT_MESSAGE_MAX_BYTES = 1_000_000;
 /** syslog levels, as librdkafka's log events use them. */
 const LOG_WARNING = 4;
 /** How often librdkafka's callbacks (error reports, statistics) are served to JavaScript. */
@@ -69,69 +50,6 @@ const POLL_INTERVAL_MS = 10;
 const RECONNECT_DELAY_MS = 1_000;
 /** A metadata request this often keeps a silent broker visible to an idle worker (startHeartbeat). */
 const HEARTBEAT_INTERVAL_MS = 1_000;
-/** Statistics drive the queue accounting, readiness and the Kafka metrics: 10 a second. */
-const STATS_INTERVAL_MS = 100;
-
-/** The librdkafka properties the contract fixes. MQ_OPT_* may override any of them, at the operator's risk. */
-export function producerSettings(config: Config, clientId: string): { global: Kafka.ProducerGlobalConfig; topic: Kafka.ProducerTopicConfig } {
-  // librdkafka's own queue limits sit well above our high-water mark, so that produce() never fails
-  // with QUEUE_FULL for a request we have admitted: our estimate of the queue can lag librdkafka's by
-  // what was acknowledged since its last statistics (it errs high) or, briefly, by what JavaScript
-  // enqueued while a statistics event waited in the event loop (it errs low, by far less than the
-  // headroom of half the high-water mark plus one maximal request). Its byte count includes keys.
-  const maxKeyBytes = CONTAINER_ID_MAX_LENGTH * 3;
-  const librdMessages = Math.ceil(config.queueMaxPoints * 1.5) + config.maxPoints;
-  const librdKbytes = Math.ceil((config.queueMaxBytes * 1.5 + 4 * config.maxBodyBytes + librdMessages * maxKeyBytes) / 1024);
-  const global: Kafka.ProducerGlobalConfig = {
-    'metadata.broker.list': config.brokers,
-    'client.id': clientId,
-    'linger.ms': 10,
-    'batch.num.messages': 100,
-    // Idempotence implies acks=all, max.in.flight<=5 and retries without duplicates or reordering.
-    'enable.idempotence': true,
-    'queue.buffering.max.messages': Math.min(librdMessages, 2_147_483_647),
-    'queue.buffering.max.kbytes': Math.min(librdKbytes, 2_147_483_647),
-    'statistics.interval.ms': STATS_INTERVAL_MS,
-    'socket.keepalive.enable': true,
-    ...(config.ackMode === 'async'
-      ? // Reports only for failed messages (see the top of this file), with the message to spill;
-        // for every message when DELIVERY_LATENCY_HISTOGRAM=1 asks for the latency of each.
-        { dr_msg_cb: true, 'delivery.report.only.error': !config.deliveryLatencyHistogram }
-      : // A report per message; a request waits for Kafka at most DELIVERY_TIMEOUT_MS.
-        { dr_cb: true, 'delivery.report.only.error': false, 'message.timeout.ms': config.deliveryTimeoutMs }),
-    // librdkafka accepts topic-level properties here too and applies them to every topic.
-    ...(config.producerOptions as Kafka.ProducerGlobalConfig),
-  };
-  const topic: Kafka.ProducerTopicConfig = {
-    acks: -1, // "all"
-    // The Java client's default, so other producers of the same keys land on the same partitions.
-    partitioner: 'murmur2_random',
-  };
-  return { global, topic };
-}
-
-interface BrokerStats {
-  name: string;
-  nodeid: number;
-  state: string;
-  rx: number;
-  txretries: number;
-  waitresp_cnt: number;
-  int_latency?: Window;
-  outbuf_latency?: Window;
-  rtt?: Window;
-}
-interface Window {
-  p50: number;
-  p99: number;
-  cnt: number;
-}
-interface Stats {
-  msg_cnt: number;
-  msg_size: number;
-  brokers?: Record<string, BrokerStats>;
-  topics?: Record<string, { partitions?: Record<string, { partition: number; leader: number }>; batchcnt?: { avg: number; cnt: number } }>;
-}
 
 export class TrackProducer {
   private readonly producer: Kafka.Producer;
@@ -139,21 +57,15 @@ export class TrackProducer {
   private readonly maxPoints: number;
   private readonly maxBytes: number;
   private readonly messageMaxBytes: number;
-  private readonly graceMs: number;
   private readonly spillReserve: number;
   private readonly spillMustKeep: boolean;
+  private readonly state: BrokerState;
+  private readonly reports: DeliveryReports;
+  private readonly statistics: StatisticsExporter;
 
+  /** node-rdkafka's connection: produce() may be called. */
   private connected = false;
-  private fatal = false;
   private stopping = false;
-  private topicReady = false;
-  private brokersUp = 0;
-  /** Since when no broker has been reachable (ms epoch), or null while one is. */
-  private downSince: number | null = null;
-  /** Brokers that keep their connection but answer nothing (broker-silence.ts). */
-  private readonly silence = new BrokerSilence();
-  /** The silent broker that stalls this producer, or null. */
-  private stalledBy: SilentBroker | null = null;
   /** The answer tryEnqueue gives before looking at the queue; recomputed on every state change. */
   private refusal: Refusal | null = 'connecting';
   /** Messages and bytes enqueued since the process started (bytes: keys and values). */
@@ -164,14 +76,9 @@ export class TrackProducer {
   private statsQueueBytes = 0;
   private enqueuedAtStats = 0;
   private enqueuedBytesAtStats = 0;
-  private failed = 0;
-  private spilled = 0;
-  private lost = 0;
   private deliveredReported = 0;
   /** Called once on a fatal producer error: the worker ends so that a fresh one replaces it. */
   onFatal: (() => void) | null = null;
-  private readonly retriesSeen = new Map<string, number>();
-  private readonly deliveryFailures: Throttled;
   private readonly connectFailures: Throttled;
   private readonly brokerErrors: Throttled;
   private readonly clientLog: Throttled;
@@ -188,29 +95,29 @@ export class TrackProducer {
     private readonly log: Logger,
     private readonly metrics: WorkerMetrics,
     private readonly journal: SpillJournal,
-    readonly settings: ReturnType<typeof producerSettings>,
+    readonly settings: ProducerSettings,
   ) {
     this.topic = config.topic;
     this.maxPoints = config.queueMaxPoints;
     this.maxBytes = config.queueMaxBytes;
-    this.graceMs = config.brokerDownGraceMs;
     this.spillReserve = spillReserveBytes(config);
     // In delivered mode a failed point is answered 500, not spilled: the journal only holds the past.
     this.spillMustKeep = config.ackMode === 'async';
-    this.messageMaxBytes = Number(settings.global['message.max.bytes'] ?? DEFAULT_MESSAGE_MAX_BYTES);
+    this.messageMaxBytes = messageMaxBytes(settings);
+    this.state = new BrokerState({ brokers: config.brokers, topic: config.topic, graceMs: config.brokerDownGraceMs });
+    this.reports = new DeliveryReports(journal, metrics, log);
+    this.statistics = new StatisticsExporter(metrics, config.topic);
     // Throws on an unknown or invalid property: the worker reports it as a configuration error.
     this.producer = new Kafka.Producer(settings.global, settings.topic);
-    this.deliveryFailures = new Throttled(log, 'error', 'kafka delivery failed for accepted points');
     this.connectFailures = new Throttled(log, 'warn', 'cannot connect to kafka; retrying');
     this.brokerErrors = new Throttled(log, 'warn', 'kafka client error');
     // node-rdkafka's error events carry only the code's name ("ssl error"); librdkafka says why in its
     // log ("SSL handshake failed: ... certificate verify failed"), warnings and worse passed on here.
     this.clientLog = new Throttled(log, 'warn', 'librdkafka');
     metrics.setQueueSource(() => ({ points: this.queuedPoints, bytes: this.queuedBytes }));
-    metrics.setSpillSource(() => journal.bytes);
-    this.producer.on('delivery-report', (err, report) => this.onDelivery(err, report));
+    this.producer.on('delivery-report', (err, report) => this.reports.onReport(err, report));
     this.producer.on('event.error', (err) => this.onError(err));
-    this.producer.on('event.stats', (event: { message: string }) => this.onStats(event.message));
+    this.producer.on('event.stats', (event: { message: string }) => this.onStats(JSON.parse(event.message) as Statistics));
     this.producer.on('event.log', (event: { severity: number; fac: string; message: string }) => {
       if (event.severity <= LOG_WARNING) this.clientLog.report({ severity: event.severity, fac: event.fac, message: event.message });
     });
@@ -226,18 +133,17 @@ export class TrackProducer {
     return this.statsQueue + (this.enqueued - this.enqueuedAtStats);
   }
 
-  /** Accepted points whose delivery failed (timed out, fatal error): each was reported and logged. */
+  /** Accepted points whose delivery failed, those spilled, those lost (delivery-reports.ts). */
   get failedPoints(): number {
-    return this.failed;
+    return this.reports.failed;
   }
 
-  /** Of those, the points kept in the spill journal, and those it could not take. */
   get spilledPoints(): number {
-    return this.spilled;
+    return this.reports.spilled;
   }
 
   get lostPoints(): number {
-    return this.lost;
+    return this.reports.lost;
   }
 
   get queuedBytes(): number {
@@ -262,20 +168,13 @@ export class TrackProducer {
 
   /** Whether Kafka takes points right now (what a journal replay waits for; the journal's own state aside). */
   kafkaAvailable(): boolean {
-    return !this.stopping && !this.fatal && this.connected && this.brokersUp > 0 && this.topicReady && this.stalledBy === null;
+    return this.state.kafkaAvailable();
   }
 
-  /**
-   * /readyz: a broker connection and the topic's metadata, right now (no grace period), and brokers
-   * that answer (a silent broker is a stall once BROKER_DOWN_GRACE_MS passed with no answer at all).
-   */
+  /** /readyz: what Kafka allows (broker-state.ts), then whether the journal can keep what fails. */
   readiness(): { ready: boolean; reason: string } {
-    if (this.stopping) return { ready: false, reason: 'shutting down' };
-    if (this.fatal) return { ready: false, reason: 'fatal producer error' };
-    if (!this.connected) return { ready: false, reason: `not connected to ${this.config.brokers}` };
-    if (this.brokersUp === 0) return { ready: false, reason: 'no broker reachable' };
-    if (this.stalledBy !== null) return { ready: false, reason: silenceReason(this.stalledBy) };
-    if (!this.topicReady) return { ready: false, reason: `topic ${this.topic} unknown or without leaders` };
+    const unready = this.state.unreadyReason();
+    if (unready !== null) return { ready: false, reason: unready };
     if (this.journal.writeFailure !== null) return { ready: false, reason: this.journal.writeFailure.message };
     if (this.spillMustKeep && this.journal.bytes + this.spillReserve > this.journal.capacity) {
       return { ready: false, reason: `spill journal full: ${this.journal.bytes} of ${this.journal.capacity} bytes (SPILL_MAX_BYTES) hold points waiting for Kafka` };
@@ -377,11 +276,11 @@ export class TrackProducer {
    */
   async drain(timeoutMs: number): Promise<number> {
     this.stopping = true;
+    this.state.onStopping();
     this.updateRefusal();
-    if (this.graceTimer !== null) clearTimeout(this.graceTimer);
-    if (this.metadataTimer !== null) clearTimeout(this.metadataTimer);
-    this.stopProbing();
+    for (const timer of [this.graceTimer, this.metadataTimer]) if (timer !== null) clearTimeout(timer);
     if (this.heartbeatTimer !== null) clearInterval(this.heartbeatTimer);
+    this.stopProbing();
     const deadline = Date.now() + timeoutMs;
     // librdkafka's flush succeeds once its queue is empty: every message acknowledged or failed.
     // Until a flush has said so, count at least one point as outstanding (our count may lag by 100 ms).
@@ -393,14 +292,9 @@ export class TrackProducer {
       left = timedOut ? Math.max(1, this.queuedPoints) : 0;
     }
     // Failure reports of the last messages reach JavaScript through the poll loop; give it a turn.
+    // What failed is then in the journal's write buffer: the worker closes the journal after this.
     await new Promise((r) => setTimeout(r, POLL_INTERVAL_MS * 2));
-    this.deliveryFailures.flush();
-    // What failed is in the journal's write buffer: on disk before the process exits.
-    try {
-      this.journal.close();
-    } catch (err) {
-      this.log.error({ err }, 'cannot write the spill journal on shutdown');
-    }
+    this.reports.flushLog();
     await new Promise<void>((resolve) => {
       if (!this.connected) return resolve();
       this.producer.disconnect(Math.max(1000, deadline - Date.now()), () => resolve());
@@ -408,6 +302,14 @@ export class TrackProducer {
     this.connected = false;
     return left;
   }
+
+  /** The journal lost a batch it could not write (the disk refused). */
+  journalWriteFailed(records: number): void {
+    this.reports.journalWriteFailed(records);
+    this.updateRefusal();
+  }
+
+  // ---- events from node-rdkafka -----------------------------------------------------------------
 
   private connect(): void {
     if (this.stopping) return;
@@ -424,14 +326,13 @@ export class TrackProducer {
         setTimeout(() => this.connect(), RECONNECT_DELAY_MS).unref();
         return;
       }
+      const topicReady = hasLeaders(metadata, this.topic);
       this.connected = true;
-      this.brokersUp = Math.max(1, this.brokersUp);
-      this.downSince = null;
-      this.topicReady = hasLeaders(metadata.topics.find((t) => t.name === this.topic));
+      this.state.onConnected(topicReady);
       this.producer.setPollInterval(POLL_INTERVAL_MS);
       this.startHeartbeat();
-      this.log.info({ brokers: this.config.brokers, topic: this.topic, topicReady: this.topicReady }, 'kafka producer connected');
-      if (!this.topicReady) this.scheduleMetadataCheck();
+      this.log.info({ brokers: this.config.brokers, topic: this.topic, topicReady }, 'kafka producer connected');
+      if (!topicReady) this.scheduleMetadataCheck();
       this.updateRefusal();
     });
   }
@@ -442,8 +343,8 @@ export class TrackProducer {
     this.metadataTimer = setTimeout(() => {
       this.metadataTimer = null;
       this.producer.getMetadata({ topic: this.topic, timeout: 5_000 }, (err, metadata) => {
-        if (!err) this.topicReady = hasLeaders(metadata.topics.find((t) => t.name === this.topic));
-        if (!this.topicReady) {
+        if (!err) this.state.onTopicMetadata(hasLeaders(metadata, this.topic));
+        if (!this.state.topicKnown) {
           this.log.warn({ topic: this.topic }, 'topic not found or without leaders; POST /track answers 500 until it exists');
           this.scheduleMetadataCheck();
         }
@@ -452,126 +353,47 @@ export class TrackProducer {
     }, 2_000).unref();
   }
 
-  /** async mode: only failures arrive here. delivered mode: every message, with its ticket. */
-  private onDelivery(err: Kafka.LibrdKafkaError | null, report: Kafka.DeliveryReport): void {
-    const ticket = report.opaque as DeliveryTicket | undefined;
-    if (err) {
-      const code = codeName(err.code);
-      this.failed++;
-      this.metrics.deliveryErrors.labels(code).inc();
-      if (ticket !== undefined) {
-        // The client hears 500 and resends: not spilled, or it would arrive twice.
-        // node-rdkafka's delivery errors carry librdkafka's message but not always its code.
-        if (ticket.failed++ === 0) ticket.firstError = err.message;
-        this.deliveryFailures.report({ code, message: err.message, partition: report.partition, answered: 500 });
-      } else {
-        this.deliveryFailures.report({ code, message: err.message, partition: report.partition, spilled: this.spill(report) });
-      }
-    }
-    if (ticket === undefined) {
-      // ACK_MODE=async with DELIVERY_LATENCY_HISTOGRAM=1: the message's timestamp is its enqueue time (ms).
-      if (!err && report.timestamp !== undefined) this.metrics.deliveryLatency.observe(Math.max(0, Date.now() - report.timestamp) / 1000);
-      return;
-    }
-    if (!err) this.metrics.deliveryLatency.observe((performance.now() - ticket.enqueuedAt) / 1000);
-    if (--ticket.remaining === 0) ticket.settle(ticket);
-  }
-
-  /** Keeps a point that failed after its 202 in the journal; false when it could not. */
-  private spill(report: Kafka.DeliveryReport): boolean {
-    const key = typeof report.key === 'string' ? Buffer.from(report.key) : report.key;
-    const value = report.value;
-    if (key != null && value != null) {
-      try {
-        if (this.journal.append(key, value, report.timestamp ?? Date.now())) {
-          this.spilled++;
-          this.metrics.spilled.inc();
-          return true;
-        }
-      } catch (err) {
-        this.log.error({ err }, 'spill journal write failed');
-      }
-    }
-    this.lost++;
-    this.metrics.pointsLost.labels(this.journal.writeFailure !== null ? 'spill_write_error' : 'spill_full').inc();
-    return false;
-  }
-
-  /** The journal lost a batch it could not write (the disk refused). */
-  journalWriteFailed(records: number): void {
-    this.spilled -= records;
-    this.lost += records;
-    this.metrics.pointsLost.labels('spill_write_error').inc(records);
-    this.updateRefusal();
-  }
-
   private onError(err: Kafka.LibrdKafkaError): void {
     if (err.isFatal) {
-      this.fatal = true;
+      this.state.onFatalError();
       this.log.fatal({ err }, 'fatal kafka producer error: this worker stops taking points and is replaced (ACK_MODE=async: what failed is spilled)');
       this.updateRefusal();
       this.onFatal?.();
       return;
     }
     if (err.code === Kafka.CODES.ERRORS.ERR__ALL_BROKERS_DOWN) {
-      this.brokersUp = 0;
-      this.markDown();
+      this.state.onAllBrokersDown();
+      this.followBrokerReachability();
     }
     this.brokerErrors.report({ code: codeName(err.code), message: err.message });
   }
 
-  private onStats(json: string): void {
-    const stats = JSON.parse(json) as Stats;
+  private onStats(stats: Statistics): void {
     this.statsQueue = stats.msg_cnt;
     this.statsQueueBytes = stats.msg_size;
     this.enqueuedAtStats = this.enqueued;
     this.enqueuedBytesAtStats = this.enqueuedBytes;
     // Acknowledged = enqueued - still queued - failed, as of these statistics.
-    const delivered = this.enqueued - stats.msg_cnt - this.failed;
+    const delivered = this.enqueued - stats.msg_cnt - this.reports.failed;
     if (delivered > this.deliveredReported) {
       this.metrics.delivered.inc(delivered - this.deliveredReported);
       this.deliveredReported = delivered;
     }
-    let up = 0;
-    let p50 = 0;
-    let p99 = 0;
-    for (const [name, b] of Object.entries(stats.brokers ?? {})) {
-      if (b.nodeid < 0) continue; // bootstrap entries; the real brokers are listed by node id
-      const broker = String(b.nodeid);
-      if (b.state === 'UP') up++;
-      // Enqueue to acknowledgement ≈ time in the producer queue + in the request queue + round trip.
-      const parts = [b.int_latency, b.outbuf_latency, b.rtt].filter((w): w is Window => w !== undefined && w.cnt > 0);
-      if (parts.length === 3) {
-        p50 = Math.max(p50, parts.reduce((sum, w) => sum + w.p50, 0));
-        p99 = Math.max(p99, parts.reduce((sum, w) => sum + w.p99, 0));
-      }
-      if (b.rtt !== undefined && b.rtt.cnt > 0) this.metrics.brokerRtt.labels(broker).set(b.rtt.p99 / 1e6);
-      this.metrics.brokerInflight.labels(broker).set(b.waitresp_cnt);
-      const seen = this.retriesSeen.get(name) ?? 0;
-      if (b.txretries > seen) this.metrics.retries.labels(broker).inc(b.txretries - seen);
-      this.retriesSeen.set(name, b.txretries);
+    this.statistics.export(stats);
+    const change = this.state.onStatistics(realBrokers(stats), topicHasLeader(stats, this.topic));
+    for (const b of this.state.brokersSilence()) this.metrics.brokerSilent.labels(String(b.nodeid)).set(b.silentMs / 1000);
+    if (change !== null && 'stalled' in change) {
+      const { stalled } = change;
+      this.log.warn({ broker: stalled.name, silentMs: stalled.silentMs, waiting: stalled.waiting }, `${silenceReason(stalled)}; refusing points until it answers`);
+      this.metrics.stalled.set(1);
+    } else if (change !== null) {
+      this.log.info({ broker: change.answering.name }, 'kafka brokers answer again; taking points');
+      this.metrics.stalled.set(0);
     }
-    this.brokersUp = up;
-    this.metrics.brokerUp.set(up);
-    this.observeSilence(Object.values(stats.brokers ?? {}));
-    if (p99 > 0) {
-      this.metrics.deliveryLatencyEstimate.labels('0.5').set(p50 / 1e6);
-      this.metrics.deliveryLatencyEstimate.labels('0.99').set(p99 / 1e6);
-    }
-    const topic = stats.topics?.[this.topic];
-    if (topic?.batchcnt !== undefined && topic.batchcnt.cnt > 0) this.metrics.batchSize.set(topic.batchcnt.avg);
-    // Only statistics that list the topic's partitions say anything about leaders: right after
-    // connecting, the topic appears before its metadata does.
-    const partitions = Object.values(topic?.partitions ?? {}).filter((p) => p.partition >= 0);
-    if (partitions.length > 0) this.topicReady = partitions.some((p) => p.leader >= 0);
-    if (up > 0) {
-      this.downSince = null;
-      this.stopProbing();
-    } else {
-      this.markDown();
-    }
-    this.updateRefusal();
+    this.followBrokerReachability();
   }
+
+  // ---- keeping in touch with the brokers --------------------------------------------------------
 
   /**
    * A metadata request every second, one at a time: a worker that produces nothing (the kernel gave
@@ -592,25 +414,6 @@ export class TrackProducer {
     this.heartbeatTimer.unref();
   }
 
-  /** Updates the silence of each broker and whether one stalls the producer (see broker-silence.ts). */
-  private observeSilence(brokers: BrokerStats[]): void {
-    const now = Date.now();
-    this.silence.observe(brokers, now);
-    for (const b of this.silence.brokersSilence(now)) this.metrics.brokerSilent.labels(String(b.nodeid)).set(b.silentMs / 1000);
-    const stalled = this.silence.stalled(now, this.graceMs);
-    if ((stalled === null) === (this.stalledBy === null)) {
-      this.stalledBy = stalled;
-      return;
-    }
-    if (stalled !== null) {
-      this.log.warn({ broker: stalled.name, silentMs: stalled.silentMs, waiting: stalled.waiting }, `${silenceReason(stalled)}; refusing points until it answers`);
-    } else {
-      this.log.info({ broker: this.stalledBy?.name }, 'kafka brokers answer again; taking points');
-    }
-    this.stalledBy = stalled;
-    this.metrics.stalled.set(stalled === null ? 0 : 1);
-  }
-
   /**
    * While no broker is up, ask for metadata every second. librdkafka connects only to brokers it
    * has work for, and a worker that refuses every request gives it none: without this, a worker
@@ -625,9 +428,7 @@ export class TrackProducer {
       this.producer.getMetadata({ topic: this.topic, timeout: 2_000 }, (err, metadata) => {
         this.probing = false;
         if (err || this.probeTimer === null) return;
-        this.downSince = null;
-        this.brokersUp = Math.max(1, this.brokersUp);
-        this.topicReady = hasLeaders(metadata.topics.find((t) => t.name === this.topic));
+        this.state.onBrokerAnswered(hasLeaders(metadata, this.topic));
         this.stopProbing();
         this.updateRefusal();
       });
@@ -640,28 +441,29 @@ export class TrackProducer {
     this.probeTimer = null;
   }
 
-  private markDown(): void {
-    this.startProbing();
-    if (this.downSince === null) {
-      this.downSince = Date.now();
-      // Re-evaluate when the grace period ends even if no further event arrives.
-      this.graceTimer ??= setTimeout(() => {
-        this.graceTimer = null;
-        this.updateRefusal();
-      }, this.graceMs + 10).unref();
+  /**
+   * Probes while no broker is reachable, and re-evaluates when the grace period ends even if no
+   * further event arrives; then recomputes the refusal.
+   */
+  private followBrokerReachability(): void {
+    if (this.state.noBrokerReachable) {
+      this.startProbing();
+      const left = this.state.downGraceLeftMs();
+      if (left !== null && left > 0) {
+        this.graceTimer ??= setTimeout(() => {
+          this.graceTimer = null;
+          this.updateRefusal();
+        }, left + 10).unref();
+      }
+    } else {
+      this.stopProbing();
     }
     this.updateRefusal();
   }
 
   private updateRefusal(): void {
     const before = this.refusal;
-    if (this.stopping) this.refusal = 'shutting_down';
-    else if (this.fatal) this.refusal = 'fatal_error';
-    else if (!this.connected) this.refusal = 'connecting';
-    else if (this.downSince !== null && Date.now() - this.downSince >= this.graceMs) this.refusal = 'broker_down';
-    else if (this.stalledBy !== null) this.refusal = 'broker_stalled';
-    else if (!this.topicReady) this.refusal = 'topic_unknown';
-    else this.refusal = null;
+    this.refusal = this.state.refusal();
     if (before === this.refusal) return;
     this.log.info({ from: before ?? 'accepting', to: this.refusal ?? 'accepting' }, 'producer state changed');
     if (this.refusal === null) {
@@ -671,15 +473,8 @@ export class TrackProducer {
   }
 }
 
-function silenceReason(broker: SilentBroker): string {
-  return `broker ${broker.name} has answered nothing for ${(broker.silentMs / 1000).toFixed(1)} s (${broker.waiting} requests waiting)`;
-}
-
-function hasLeaders(topic: Kafka.TopicMetadata | undefined): boolean {
-  return topic !== undefined && topic.partitions.length > 0 && topic.partitions.some((p) => p.leader >= 0);
-}
-
-const CODE_NAMES = new Map<number, string>(Object.entries(Kafka.CODES.ERRORS).map(([name, code]) => [code, name]));
-function codeName(code: number): string {
-  return CODE_NAMES.get(code) ?? `CODE_${code}`;
+/** Whether metadata lists the topic with a leader for at least one partition. */
+function hasLeaders(metadata: Kafka.Metadata, topic: string): boolean {
+  const t = metadata.topics.find((candidate) => candidate.name === topic);
+  return t !== undefined && t.partitions.length > 0 && t.partitions.some((p) => p.leader >= 0);
 }

@@ -2,7 +2,7 @@ import { appendFileSync, mkdtempSync, readdirSync, statSync, truncateSync, write
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { SpillJournal, type SpillRecord } from '../../src/kafka/spill-journal.js';
+import { SpillJournal, type SpillRecord } from '../../../src/kafka/spill-journal.js';
 
 const dir = () => mkdtempSync(join(tmpdir(), 'journal-test-'));
 const open = (d: string, over: Partial<ConstructorParameters<typeof SpillJournal>[0]> = {}) =>
