@@ -1,9 +1,9 @@
 // Every environment variable the service reads, its default and its rule, in one place.
 // Parsed once at start-up; a bad value stops the process (exit 2) with a message naming the variable.
 // The README's configuration table mirrors DEFAULTS and the descriptions below.
-import { readFileSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
 import { z } from 'zod';
+import { usableCpus } from './cpus.js';
+import { SPILL_RECORD_OVERHEAD_BYTES, spillReserveBytes } from './kafka/spill-record.js';
 
 export const DEFAULTS = {
   MQ_BROKERS: 'localhost:9092',
@@ -25,8 +25,6 @@ export const DEFAULTS = {
   LOG_LEVEL: 'info',
 } as const;
 
-/** Bytes a spill journal record takes beyond its key and value (see kafka/spill-journal.ts). */
-export const SPILL_RECORD_OVERHEAD_BYTES = 20;
 
 export type AckMode = 'async' | 'delivered';
 
@@ -178,11 +176,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
   return Object.freeze(config);
 }
 
-/** Journal bytes that a completely full producer queue would need if all of it failed. */
-export function spillReserveBytes(config: Pick<Config, 'queueMaxBytes' | 'queueMaxPoints'>): number {
-  return config.queueMaxBytes + SPILL_RECORD_OVERHEAD_BYTES * config.queueMaxPoints;
-}
-
 /**
  * The mechanical rule for librdkafka properties: strip MQ_OPT_, lower-case, `_` becomes `.`,
  * and `__` becomes a literal `_`. MQ_OPT_SASL_USERNAME → sasl.username. Unknown properties are
@@ -201,30 +194,4 @@ export function producerOptionsFrom(env: NodeJS.ProcessEnv): Record<string, stri
     out[name] = value;
   }
   return out;
-}
-
-/** CPUs this process may use: the affinity mask, capped by a cgroup CPU quota (containers, pods). */
-export function usableCpus(): number {
-  let cpus = availableParallelism();
-  const quota = cgroupCpuQuota();
-  if (quota !== null) cpus = Math.min(cpus, Math.max(1, Math.round(quota)));
-  return cpus;
-}
-
-function cgroupCpuQuota(): number | null {
-  try {
-    // cgroup v2: "max 100000" or "<quota> <period>"
-    const [quota, period] = readFileSync('/sys/fs/cgroup/cpu.max', 'utf8').trim().split(/\s+/);
-    if (quota === undefined || quota === 'max' || period === undefined) return null;
-    return Number(quota) / Number(period);
-  } catch {
-    try {
-      // cgroup v1
-      const quota = Number(readFileSync('/sys/fs/cgroup/cpu/cpu.cfs_quota_us', 'utf8'));
-      const period = Number(readFileSync('/sys/fs/cgroup/cpu/cpu.cfs_period_us', 'utf8'));
-      return quota > 0 && period > 0 ? quota / period : null;
-    } catch {
-      return null;
-    }
-  }
 }

@@ -30,7 +30,7 @@
 // broker that stops answering), statistics.ts (librdkafka's statistics to Prometheus),
 // delivery-reports.ts (reports, tickets, spilling).
 import Kafka from 'node-rdkafka';
-import { SPILL_RECORD_OVERHEAD_BYTES, spillReserveBytes, type Config } from '../config.js';
+import type { Config } from '../config.js';
 import { Throttled, type Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics.js';
 import type { EncodedPoints } from '../track-point/encode.js';
@@ -38,6 +38,7 @@ import { BrokerState, silenceReason, type BrokerRefusal } from './broker-state.j
 import { codeName, DeliveryReports, type DeliveryTicket } from './delivery-reports.js';
 import { messageMaxBytes, type ProducerSettings } from './settings.js';
 import type { SpillJournal } from './spill-journal.js';
+import { SPILL_RECORD_OVERHEAD_BYTES, spillReserveBytes } from './spill-record.js';
 import { realBrokers, StatisticsExporter, topicHasLeader, type Statistics } from './statistics.js';
 
 /** Why tryEnqueue or admission refused: the broker state's reasons, and the queue's. */

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, DEFAULTS, loadConfig, producerOptionsFrom, usableCpus } from '../../src/config.js';
+import { ConfigError, DEFAULTS, loadConfig, producerOptionsFrom } from '../../src/config.js';
+import { usableCpus } from '../../src/cpus.js';
 
 describe('configuration', () => {
   it('has the defaults of the spec', () => {
