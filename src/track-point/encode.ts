@@ -62,18 +62,21 @@ export function encodePoints(points: readonly TrackPoint[]): EncodedPoints {
   const values = new Array<Buffer>(count);
   let largestValue = 0;
   let start = 0;
-  i = 0;
+  // Indexed, not for-of: iterating the Uint32Array cost 5 % more of this function (measured). `?? 0`
+  // never applies (i < count = ends.length); it stands for the assertion the type wants.
   if (bytes === all.length) {
     // All ASCII (the usual case): byte offsets are character offsets.
-    for (const end of ends) {
-      values[i++] = scratch.subarray(start, end);
+    for (i = 0; i < count; i++) {
+      const end = ends[i] ?? 0;
+      values[i] = scratch.subarray(start, end);
       if (end - start > largestValue) largestValue = end - start;
       start = end;
     }
   } else {
-    for (const end of ends) {
+    for (i = 0; i < count; i++) {
+      const end = ends[i] ?? 0;
       const value = Buffer.from(all.slice(start, end));
-      values[i++] = value;
+      values[i] = value;
       if (value.length > largestValue) largestValue = value.length;
       start = end;
     }
