@@ -10,13 +10,8 @@
 //     (PRODUCER_QUEUE_MAX_POINTS / PRODUCER_QUEUE_MAX_BYTES);
 //   - every accepted message is accounted for until Kafka acknowledges it or it fails.
 //
-// Queue accounting comes from librdkafka itself, not from a delivery report per message:
-// node-rdkafka hands JavaScript at most 100 delivery reports per event-loop turn (callbacks.cc,
-// DeliveryReportDispatcher::Flush), each a new object and an event, so under load acknowledgements
-// fell behind and the queue looked full while Kafka already had the messages (measured: ~45k
-// points/s per worker, most requests answered 500). With delivery.report.only.error=true only
-// failures come back as reports; the depth of the queue is librdkafka's own `msg_cnt`/`msg_size`
-// (statistics every 100 ms) plus what was enqueued since those statistics were read.
+// The queue's depth comes from librdkafka's statistics, not from a delivery report per message
+// (queue-accounting.ts says why).
 //
 // A failure report carries the message, and in ACK_MODE=async the point goes to the spill journal
 // (delivery-reports.ts), to be replayed (spill-replay.ts): a 202 is never silently lost. Admission
@@ -25,17 +20,20 @@
 // back to its request's ticket. Capped by node-rdkafka's report rate above, it is the slower,
 // end-to-end mode.
 //
-// The other jobs live beside this file: settings.ts (the librdkafka properties), broker-state.ts
-// (what is known about Kafka and what follows for admission and readiness), broker-silence.ts (a
-// broker that stops answering), statistics.ts (librdkafka's statistics to Prometheus),
-// delivery-reports.ts (reports, tickets, spilling).
+// The other jobs live beside this file: settings.ts (the librdkafka properties), broker-link.ts
+// (connecting, probing, the metadata heartbeat), broker-state.ts (what is known about Kafka and what
+// follows for admission and readiness), broker-silence.ts (a broker that stops answering),
+// queue-accounting.ts (points handed over and not yet acknowledged), statistics.ts (librdkafka's
+// statistics to Prometheus), delivery-reports.ts (reports, tickets, spilling).
 import Kafka from 'node-rdkafka';
 import type { Config } from '../config.js';
 import { Throttled, type Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics.js';
 import type { EncodedPoints } from '../track-point/encode.js';
+import { BrokerLink, POLL_INTERVAL_MS } from './broker-link.js';
 import { BrokerState, silenceReason, type BrokerRefusal } from './broker-state.js';
 import { codeName, DeliveryReports, type DeliveryTicket } from './delivery-reports.js';
+import { QueueAccounting } from './queue-accounting.js';
 import { messageMaxBytes, type ProducerSettings } from './settings.js';
 import type { SpillJournal } from './spill-journal.js';
 import { SPILL_RECORD_OVERHEAD_BYTES, spillReserveBytes } from './spill-record.js';
@@ -46,11 +44,6 @@ export type Refusal = BrokerRefusal | 'queue_full' | 'message_too_large' | 'prod
 
 /** syslog levels, as librdkafka's log events use them. */
 const LOG_WARNING = 4;
-/** How often librdkafka's callbacks (error reports, statistics) are served to JavaScript. */
-const POLL_INTERVAL_MS = 10;
-const RECONNECT_DELAY_MS = 1_000;
-/** A metadata request this often keeps a silent broker visible to an idle worker (startHeartbeat). */
-const HEARTBEAT_INTERVAL_MS = 1_000;
 
 export class TrackProducer {
   private readonly producer: Kafka.Producer;
@@ -63,36 +56,19 @@ export class TrackProducer {
   private readonly state: BrokerState;
   private readonly reports: DeliveryReports;
   private readonly statistics: StatisticsExporter;
+  private readonly link: BrokerLink;
 
-  /** node-rdkafka's connection: produce() may be called. */
-  private connected = false;
-  private stopping = false;
   /** The answer tryEnqueue gives before looking at the queue; recomputed on every state change. */
   private refusal: Refusal | null = 'connecting';
-  /** Messages and bytes enqueued since the process started (bytes: keys and values). */
-  private enqueued = 0;
-  private enqueuedBytes = 0;
-  /** From the latest statistics: librdkafka's queue depth, and our counters when they were read. */
-  private statsQueue = 0;
-  private statsQueueBytes = 0;
-  private enqueuedAtStats = 0;
-  private enqueuedBytesAtStats = 0;
-  private deliveredReported = 0;
+  private readonly queue = new QueueAccounting();
   /** Called once on a fatal producer error: the worker ends so that a fresh one replaces it. */
   onFatal: (() => void) | null = null;
-  private readonly connectFailures: Throttled;
   private readonly brokerErrors: Throttled;
   private readonly clientLog: Throttled;
-  private graceTimer: NodeJS.Timeout | null = null;
   private readonly acceptingWaiters = new Set<() => void>();
-  private metadataTimer: NodeJS.Timeout | null = null;
-  private probeTimer: NodeJS.Timeout | null = null;
-  private probing = false;
-  private heartbeatTimer: NodeJS.Timeout | null = null;
-  private heartbeatInFlight = false;
 
   constructor(
-    private readonly config: Config,
+    config: Config,
     private readonly log: Logger,
     private readonly metrics: WorkerMetrics,
     private readonly journal: SpillJournal,
@@ -110,7 +86,7 @@ export class TrackProducer {
     this.statistics = new StatisticsExporter(metrics, config.topic);
     // Throws on an unknown or invalid property: the worker reports it as a configuration error.
     this.producer = new Kafka.Producer(settings.global, settings.topic);
-    this.connectFailures = new Throttled(log, 'warn', 'cannot connect to kafka; retrying');
+    this.link = new BrokerLink(this.producer, this.state, { brokers: config.brokers, topic: config.topic, log, changed: () => this.updateRefusal() });
     this.brokerErrors = new Throttled(log, 'warn', 'kafka client error');
     // node-rdkafka's error events carry only the code's name ("ssl error"); librdkafka says why in its
     // log ("SSL handshake failed: ... certificate verify failed"), warnings and worse passed on here.
@@ -126,12 +102,12 @@ export class TrackProducer {
 
   /** Connects in the background and keeps retrying; until then tryEnqueue refuses with 'connecting'. */
   start(): void {
-    this.connect();
+    this.link.connect();
   }
 
   /** Points accepted and not yet acknowledged by Kafka or failed (librdkafka's count, kept current). */
   get queuedPoints(): number {
-    return this.statsQueue + (this.enqueued - this.enqueuedAtStats);
+    return this.queue.points;
   }
 
   /** Accepted points whose delivery failed, those spilled, those lost (delivery-reports.ts). */
@@ -148,7 +124,7 @@ export class TrackProducer {
   }
 
   get queuedBytes(): number {
-    return this.statsQueueBytes + (this.enqueuedBytes - this.enqueuedBytesAtStats);
+    return this.queue.bytes;
   }
 
   /** Resolves true once points are accepted, or false after timeoutMs. */
@@ -256,8 +232,7 @@ export class TrackProducer {
     } catch (err) {
       // Only the points already queued will report: the request is answered 500 now, not by settle().
       if (ticket !== null) ticket.remaining = i;
-      this.enqueued += i;
-      this.enqueuedBytes += i === 0 ? 0 : batch.bytes; // an over-count only makes the limit stricter
+      this.queue.added(i, i === 0 ? 0 : batch.bytes); // an over-count only makes the limit stricter
       if (i > 0) {
         this.metrics.deliveryErrors.labels('PARTIAL_ENQUEUE').inc(i);
         this.log.error({ err, enqueued: i, count }, 'produce failed midway: the points already queued will be delivered; the client gets 500 and may resend them (duplicates, never a loss)');
@@ -266,8 +241,7 @@ export class TrackProducer {
       }
       return 'produce_failed';
     }
-    this.enqueued += count;
-    this.enqueuedBytes += batch.bytes;
+    this.queue.added(count, batch.bytes);
     return null;
   }
 
@@ -276,17 +250,14 @@ export class TrackProducer {
    * timeoutMs. Returns how many were still outstanding (0 when everything was delivered).
    */
   async drain(timeoutMs: number): Promise<number> {
-    this.stopping = true;
     this.state.onStopping();
     this.updateRefusal();
-    for (const timer of [this.graceTimer, this.metadataTimer]) if (timer !== null) clearTimeout(timer);
-    if (this.heartbeatTimer !== null) clearInterval(this.heartbeatTimer);
-    this.stopProbing();
+    this.link.stop();
     const deadline = Date.now() + timeoutMs;
     // librdkafka's flush succeeds once its queue is empty: every message acknowledged or failed.
     // Until a flush has said so, count at least one point as outstanding (our count may lag by 100 ms).
-    let left = this.connected ? Math.max(1, this.queuedPoints) : this.queuedPoints;
-    while (left !== 0 && this.connected && Date.now() < deadline) {
+    let left = this.link.connected ? Math.max(1, this.queuedPoints) : this.queuedPoints;
+    while (left !== 0 && this.link.connected && Date.now() < deadline) {
       const timedOut = await new Promise<boolean>((resolve) => {
         this.producer.flush(Math.max(1, Math.min(500, deadline - Date.now())), (err) => resolve(Boolean(err)));
       });
@@ -296,11 +267,7 @@ export class TrackProducer {
     // What failed is then in the journal's write buffer: the worker closes the journal after this.
     await new Promise((r) => setTimeout(r, POLL_INTERVAL_MS * 2));
     this.reports.flushLog();
-    await new Promise<void>((resolve) => {
-      if (!this.connected) return resolve();
-      this.producer.disconnect(Math.max(1000, deadline - Date.now()), () => resolve());
-    });
-    this.connected = false;
+    await this.link.disconnect(deadline - Date.now());
     return left;
   }
 
@@ -312,48 +279,6 @@ export class TrackProducer {
 
   // ---- events from node-rdkafka -----------------------------------------------------------------
 
-  private connect(): void {
-    if (this.stopping) return;
-    // librdkafka serves its error callbacks (e.g. "SASL authentication error") only from poll(), and
-    // node-rdkafka's poll interval starts after a successful connect: poll meanwhile, or the reason a
-    // connection fails would never reach the log.
-    const earlyPoll = setInterval(() => {
-      if (this.producer.isConnected()) this.producer.poll();
-    }, 100);
-    this.producer.connect({ topic: this.topic, timeout: 10_000 }, (err, metadata) => {
-      clearInterval(earlyPoll);
-      if (err) {
-        this.connectFailures.report({ brokers: this.config.brokers, err });
-        setTimeout(() => this.connect(), RECONNECT_DELAY_MS).unref();
-        return;
-      }
-      const topicReady = hasLeaders(metadata, this.topic);
-      this.connected = true;
-      this.state.onConnected(topicReady);
-      this.producer.setPollInterval(POLL_INTERVAL_MS);
-      this.startHeartbeat();
-      this.log.info({ brokers: this.config.brokers, topic: this.topic, topicReady }, 'kafka producer connected');
-      if (!topicReady) this.scheduleMetadataCheck();
-      this.updateRefusal();
-    });
-  }
-
-  /** The topic does not exist yet (auto-creation is the broker's choice): look again until it does. */
-  private scheduleMetadataCheck(): void {
-    if (this.metadataTimer !== null || this.stopping) return;
-    this.metadataTimer = setTimeout(() => {
-      this.metadataTimer = null;
-      this.producer.getMetadata({ topic: this.topic, timeout: 5_000 }, (err, metadata) => {
-        if (!err) this.state.onTopicMetadata(hasLeaders(metadata, this.topic));
-        if (!this.state.topicKnown) {
-          this.log.warn({ topic: this.topic }, 'topic not found or without leaders; POST /track answers 500 until it exists');
-          this.scheduleMetadataCheck();
-        }
-        this.updateRefusal();
-      });
-    }, 2_000).unref();
-  }
-
   private onError(err: Kafka.LibrdKafkaError): void {
     if (err.isFatal) {
       this.state.onFatalError();
@@ -364,22 +289,14 @@ export class TrackProducer {
     }
     if (err.code === Kafka.CODES.ERRORS.ERR__ALL_BROKERS_DOWN) {
       this.state.onAllBrokersDown();
-      this.followBrokerReachability();
+      this.link.followBrokerReachability();
     }
     this.brokerErrors.report({ code: codeName(err.code), message: err.message });
   }
 
   private onStats(stats: Statistics): void {
-    this.statsQueue = stats.msg_cnt;
-    this.statsQueueBytes = stats.msg_size;
-    this.enqueuedAtStats = this.enqueued;
-    this.enqueuedBytesAtStats = this.enqueuedBytes;
-    // Acknowledged = enqueued - still queued - failed, as of these statistics.
-    const delivered = this.enqueued - stats.msg_cnt - this.reports.failed;
-    if (delivered > this.deliveredReported) {
-      this.metrics.delivered.inc(delivered - this.deliveredReported);
-      this.deliveredReported = delivered;
-    }
+    const acknowledged = this.queue.onStatistics(stats.msg_cnt, stats.msg_size, this.reports.failed);
+    if (acknowledged > 0) this.metrics.delivered.inc(acknowledged);
     this.statistics.export(stats);
     const change = this.state.onStatistics(realBrokers(stats), topicHasLeader(stats, this.topic));
     for (const b of this.state.brokersSilence()) this.metrics.brokerSilent.labels(String(b.nodeid)).set(b.silentMs / 1000);
@@ -391,75 +308,7 @@ export class TrackProducer {
       this.log.info({ broker: change.answering.name }, 'kafka brokers answer again; taking points');
       this.metrics.stalled.set(0);
     }
-    this.followBrokerReachability();
-  }
-
-  // ---- keeping in touch with the brokers --------------------------------------------------------
-
-  /**
-   * A metadata request every second, one at a time: a worker that produces nothing (the kernel gave
-   * its connections to the other workers, or traffic is quiet) still has a request waiting on a
-   * broker that stopped answering, and notices the silence as soon as a busy worker does. librdkafka
-   * sends each to a broker of its choice, so in a cluster the others keep answering. node-rdkafka's
-   * getMetadata holds a libuv threadpool thread while it waits: one at a time, 1 s at most.
-   */
-  private startHeartbeat(): void {
-    if (this.heartbeatTimer !== null) return;
-    this.heartbeatTimer = setInterval(() => {
-      if (this.heartbeatInFlight || this.stopping) return;
-      this.heartbeatInFlight = true;
-      this.producer.getMetadata({ topic: this.topic, timeout: HEARTBEAT_INTERVAL_MS }, () => {
-        this.heartbeatInFlight = false;
-      });
-    }, HEARTBEAT_INTERVAL_MS);
-    this.heartbeatTimer.unref();
-  }
-
-  /**
-   * While no broker is up, ask for metadata every second. librdkafka connects only to brokers it
-   * has work for, and a worker that refuses every request gives it none: without this, a worker
-   * could stay "broker down" long after the cluster came back (seen after a full-cluster outage:
-   * one of two workers answered 500 for minutes while the other served).
-   */
-  private startProbing(): void {
-    if (this.probeTimer !== null || this.stopping) return;
-    this.probeTimer = setInterval(() => {
-      if (this.probing || !this.connected) return;
-      this.probing = true;
-      this.producer.getMetadata({ topic: this.topic, timeout: 2_000 }, (err, metadata) => {
-        this.probing = false;
-        if (err || this.probeTimer === null) return;
-        this.state.onBrokerAnswered(hasLeaders(metadata, this.topic));
-        this.stopProbing();
-        this.updateRefusal();
-      });
-    }, 1_000);
-    this.probeTimer.unref();
-  }
-
-  private stopProbing(): void {
-    if (this.probeTimer !== null) clearInterval(this.probeTimer);
-    this.probeTimer = null;
-  }
-
-  /**
-   * Probes while no broker is reachable, and re-evaluates when the grace period ends even if no
-   * further event arrives; then recomputes the refusal.
-   */
-  private followBrokerReachability(): void {
-    if (this.state.noBrokerReachable) {
-      this.startProbing();
-      const left = this.state.downGraceLeftMs();
-      if (left !== null && left > 0) {
-        this.graceTimer ??= setTimeout(() => {
-          this.graceTimer = null;
-          this.updateRefusal();
-        }, left + 10).unref();
-      }
-    } else {
-      this.stopProbing();
-    }
-    this.updateRefusal();
+    this.link.followBrokerReachability();
   }
 
   private updateRefusal(): void {
@@ -474,8 +323,3 @@ export class TrackProducer {
   }
 }
 
-/** Whether metadata lists the topic with a leader for at least one partition. */
-function hasLeaders(metadata: Kafka.Metadata, topic: string): boolean {
-  const t = metadata.topics.find((candidate) => candidate.name === topic);
-  return t !== undefined && t.partitions.length > 0 && t.partitions.some((p) => p.leader >= 0);
-}

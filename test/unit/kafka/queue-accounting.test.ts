@@ -1,0 +1,24 @@
+// The producer queue's depth: librdkafka's count from its statistics, plus what was handed over since.
+import { describe, expect, it } from 'vitest';
+import { QueueAccounting } from '../../../src/kafka/queue-accounting.js';
+
+describe('QueueAccounting', () => {
+  it('counts what was handed over since the last statistics on top of librdkafka queue depth', () => {
+    const q = new QueueAccounting();
+    q.added(100, 10_000);
+    expect([q.points, q.bytes]).toEqual([100, 10_000]);
+    // librdkafka still holds 40 of them; 60 were acknowledged.
+    expect(q.onStatistics(40, 4_000, 0)).toBe(60);
+    q.added(10, 1_000);
+    expect([q.points, q.bytes]).toEqual([50, 5_000]);
+  });
+
+  it('reports each acknowledgement once, and does not count failed points as acknowledged', () => {
+    const q = new QueueAccounting();
+    q.added(100, 0);
+    expect(q.onStatistics(100, 0, 0)).toBe(0);
+    expect(q.onStatistics(30, 0, 20)).toBe(50);
+    expect(q.onStatistics(30, 0, 20)).toBe(0);
+    expect(q.onStatistics(0, 0, 20)).toBe(30);
+  });
+});
