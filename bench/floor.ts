@@ -20,8 +20,8 @@ import { loadConfig } from '../src/config.js';
 import { producerSettings } from '../src/kafka/settings.js';
 import { encodePoints } from '../src/track-point/encode.js';
 import { validatePoints, type TrackPoint } from '../src/track-point/schema.js';
-import { BROKERS, createTopic, deleteTopic, uniqueTopic } from '../test/helpers/kafka.js';
-import { freePort } from '../test/helpers/service.js';
+import { BROKERS, createTopic, deleteTopic, uniqueTopic } from '../support/kafka.js';
+import { freePort } from '../support/ports.js';
 import { cpuSeconds, threadCpuSeconds } from './lib/procfs.js';
 
 const REQUESTS = Number(process.env.FLOOR_REQUESTS ?? 20_000);

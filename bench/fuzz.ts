@@ -5,8 +5,8 @@
 // a BOM, deep nesting, huge and negative-zero numbers, __proto__ keys, wrong types, oversize bodies.
 import { Agent, request } from 'node:http';
 import { readFileSync } from 'node:fs';
-import { BROKERS, createTopic, deleteTopic, uniqueTopic } from '../test/helpers/kafka.js';
-import { freePort } from '../test/helpers/service.js';
+import { BROKERS, createTopic, deleteTopic, uniqueTopic } from '../support/kafka.js';
+import { freePort } from '../support/ports.js';
 import { processTree } from './lib/procfs.js';
 import { startTarget } from './lib/targets.js';
 

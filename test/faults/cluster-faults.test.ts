@@ -9,7 +9,7 @@ import { appendFileSync, mkdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ACCOUNTING_HEADER, AccountedLoad, accountingRow, expectEveryAcceptedPointOnce, type Accounting } from '../helpers/accounting.js';
-import { consumeAll, createTopic, leaderOf, uniqueTopic } from '../helpers/kafka.js';
+import { consumeAll, createTopic, leaderOf, uniqueTopic } from '../../support/kafka.js';
 import { metric, metricValue, point, postFresh, startService, until, type Service } from '../helpers/service.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));

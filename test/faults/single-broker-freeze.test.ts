@@ -6,7 +6,7 @@ import { request } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ACCOUNTING_HEADER, AccountedLoad, accountingRow, expectEveryAcceptedPointOnce } from '../helpers/accounting.js';
-import { consumeAll, createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
+import { consumeAll, createTopic, deleteTopic, uniqueTopic } from '../../support/kafka.js';
 import { metricValue, point, postFresh, startService, until } from '../helpers/service.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));

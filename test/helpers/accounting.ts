@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { Agent, request } from 'node:http';
 import { expect } from 'vitest';
-import type { ConsumedMessage } from './kafka.js';
+import type { ConsumedMessage } from '../../support/kafka.js';
 
 const BASE_MS = Date.UTC(2024, 0, 1);
 

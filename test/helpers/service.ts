@@ -5,9 +5,9 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'node:http';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { BROKERS } from './kafka.js';
+import { BROKERS } from '../../support/kafka.js';
+import { freePort } from '../../support/ports.js';
 
 const MAIN = fileURLToPath(new URL('../../dist/src/main.js', import.meta.url));
 const running = new Set<ChildProcess>();
@@ -37,16 +37,6 @@ export async function stopLeftoverServices(): Promise<void> {
   );
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 /** A fresh, empty spill directory. */
 export function spillDir(): string {

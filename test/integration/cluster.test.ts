@@ -1,11 +1,11 @@
 // The primary forks WORKERS workers that all serve one port, and replaces one that dies.
 import { get } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
 import { point, postFresh, startService, type Service } from '../helpers/service.js';
+import { fileTopic } from '../helpers/topic.js';
 
 let svc: Service;
-let topic: string;
+const topic = fileTopic('cluster');
 
 /** GET /healthz on a fresh connection each time (no keep-alive), so the kernel picks a worker anew. */
 function healthPid(url: string): Promise<number> {
@@ -33,13 +33,11 @@ async function waitFor<T>(what: string, fn: () => Promise<T | undefined>, timeou
 }
 
 beforeAll(async () => {
-  topic = await createTopic(uniqueTopic('cluster'));
   svc = await startService({ MQ_TOPIC: topic, WORKERS: '2' });
   await waitFor('both workers listening', async () => (svc.output.some((l) => l.includes('"service listening"')) ? true : undefined));
 });
 afterAll(async () => {
   expect(await svc?.stop()).toBe(0);
-  await deleteTopic(topic);
 });
 
 describe('WORKERS=2', () => {

@@ -11,23 +11,24 @@ import { promisify } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HTTP_IDLE_TIMEOUT_S } from '../../src/http/server.js';
-import { startGateway, type Gateway } from '../helpers/gateway.js';
-import { consumeAll, createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
+import { startGateway, type Gateway } from '../../support/gateway.js';
+import { consumeAll } from '../../support/kafka.js';
 import { parseAnswer, raw } from '../helpers/raw-http.js';
-import { freePort, metric, point, startService, until, type Service } from '../helpers/service.js';
+import { freePort } from '../../support/ports.js';
+import { metric, point, startService, until, type Service } from '../helpers/service.js';
+import { fileTopic } from '../helpers/topic.js';
 
 const MAX_POINTS = 50;
 const MAX_BODY_BYTES = 64 * 1024;
 const RATE_LIMIT = 20;
 const run = randomUUID().slice(0, 8);
 
-let topic: string;
+const topic = fileTopic('gateway');
 let svc: Service;
 let gwA: Gateway;
 let gwB: Gateway;
 
 beforeAll(async () => {
-  topic = await createTopic(uniqueTopic('gateway'));
   svc = await startService({ MQ_TOPIC: topic, MAX_POINTS: String(MAX_POINTS), MAX_BODY_BYTES: String(MAX_BODY_BYTES) });
   const env = { GATEWAY_RATE_LIMIT: String(RATE_LIMIT), MAX_BODY_BYTES: String(MAX_BODY_BYTES) };
   gwA = await startGateway({ upstream: `127.0.0.1:${svc.port}`, env }); // starts its own Redis
@@ -37,7 +38,6 @@ afterAll(async () => {
   await gwB?.stop();
   await gwA?.stop();
   expect(await svc?.stop()).toBe(0);
-  await deleteTopic(topic);
 });
 
 interface Answer {

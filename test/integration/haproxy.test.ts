@@ -3,21 +3,21 @@
 // refuses never reaches the service.
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startHaproxy, type Haproxy } from '../helpers/gateway.js';
-import { createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
+import { startHaproxy, type Haproxy } from '../../support/gateway.js';
 import { parseAnswer, raw } from '../helpers/raw-http.js';
-import { freePort, metric, point, postTrack, startService, type Service } from '../helpers/service.js';
+import { freePort } from '../../support/ports.js';
+import { metric, point, postTrack, startService, type Service } from '../helpers/service.js';
+import { fileTopic } from '../helpers/topic.js';
 
 const MAX_BODY_BYTES = 64 * 1024;
 /** The check runs every second and two failures mark the server down (haproxy.cfg). */
 const CHECK_VERDICT_MS = 3_000;
 
-let topic: string;
+const topic = fileTopic('haproxy');
 let svc: Service;
 let proxy: Haproxy;
 
 beforeAll(async () => {
-  topic = await createTopic(uniqueTopic('haproxy'));
   svc = await startService({ MQ_TOPIC: topic, MAX_BODY_BYTES: String(MAX_BODY_BYTES) });
   proxy = await startHaproxy(`127.0.0.1:${svc.port}`, MAX_BODY_BYTES);
   // Long enough for failing checks to have marked the server down.
@@ -26,7 +26,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await proxy?.stop();
   expect(await svc?.stop()).toBe(0);
-  await deleteTopic(topic);
 });
 
 const serviceRequests = async () => (await metric(svc.url, 'ingest_http_request_duration_seconds_count')) ?? 0;

@@ -4,21 +4,19 @@
 import { readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
 import { metric, point, postTrack, startService, type Service } from '../helpers/service.js';
+import { fileTopic } from '../helpers/topic.js';
 
-const topic = uniqueTopic('hostile');
+const topic = fileTopic('hostile');
 let svc: Service;
 let workerPid: number;
 
 beforeAll(async () => {
-  await createTopic(topic);
   svc = await startService({ MQ_TOPIC: topic, WORKERS: '1' });
   workerPid = ((await (await fetch(`${svc.url}/healthz`)).json()) as { pid: number }).pid;
 });
 afterAll(async () => {
   expect(await svc.stop()).toBe(0);
-  await deleteTopic(topic);
 });
 
 const rssMiB = () => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${workerPid}/status`, 'utf8'))![1]) / 1024;

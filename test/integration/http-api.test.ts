@@ -1,24 +1,23 @@
-// Every row of spec section 7 and of the decisions' request table, over real HTTP to the real
+// Every status of the README's API table, over real HTTP to the real
 // service (one worker) producing to a real Kafka topic.
 import { Agent, request } from 'node:http';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
+import { uniqueTopic } from '../../support/kafka.js';
 import { raw } from '../helpers/raw-http.js';
 import { point, postTrack, startService, type Service } from '../helpers/service.js';
+import { fileTopic } from '../helpers/topic.js';
 
 let svc: Service;
-let topic: string;
+const topic = fileTopic('http');
 const MAX_POINTS = 50;
 const MAX_BODY_BYTES = 64 * 1024;
 
 beforeAll(async () => {
-  topic = await createTopic(uniqueTopic('http'));
   svc = await startService({ MQ_TOPIC: topic, MAX_POINTS: String(MAX_POINTS), MAX_BODY_BYTES: String(MAX_BODY_BYTES) });
 });
 afterAll(async () => {
   expect(await svc?.stop()).toBe(0);
-  await deleteTopic(topic);
 });
 
 async function bodyBytesRead(): Promise<number> {

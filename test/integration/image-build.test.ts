@@ -7,8 +7,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { BROKERS } from '../helpers/kafka.js';
-import { freePort, point, postTrack } from '../helpers/service.js';
+import { BROKERS } from '../../support/kafka.js';
+import { freePort } from '../../support/ports.js';
+import { point, postTrack } from '../helpers/service.js';
 
 const SCRIPT = fileURLToPath(new URL('../../scripts/image-build.sh', import.meta.url));
 const enabled = process.env.RUN_IMAGE_BUILD_TEST === '1';

@@ -1,16 +1,17 @@
 // From HTTP to the topic and back: what a consumer of container.telemetry sees.
 import { Agent, request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { consumeAll, createTopic, deleteTopic, uniqueTopic, type ConsumedMessage } from '../helpers/kafka.js';
+import { consumeAll, type ConsumedMessage } from '../../support/kafka.js';
 import { javaPartition } from '../helpers/murmur2.js';
 import { point, postTrack, startService, type Service } from '../helpers/service.js';
+import { fileTopic } from '../helpers/topic.js';
 
 const PARTITIONS = 6;
+const topic = fileTopic('e2e', PARTITIONS);
 let svc: Service;
-let topic: string;
 let messages: ConsumedMessage[];
 
-// What the decisions say the value is: the five fields, speed filled with 0, timestamp as sent.
+// The value the README's "The Kafka messages" promises: the five fields, speed filled with 0, timestamp as sent.
 const normalized = (p: Record<string, unknown>) =>
   JSON.stringify({ container_id: p.container_id, lat: p.lat, lon: p.lon, timestamp: p.timestamp, speed: p.speed ?? 0 });
 
@@ -31,7 +32,6 @@ let acceptedFrom = 0;
 let acceptedTo = 0;
 
 beforeAll(async () => {
-  topic = await createTopic(uniqueTopic('e2e'), PARTITIONS);
   svc = await startService({ MQ_TOPIC: topic });
   acceptedFrom = Date.now();
   expect((await postTrack(svc.url, first)).status).toBe(202);
@@ -61,7 +61,6 @@ beforeAll(async () => {
 
 afterAll(async () => {
   expect(await svc?.stop()).toBe(0);
-  await deleteTopic(topic);
 });
 
 describe('messages in Kafka', () => {

@@ -4,17 +4,16 @@ import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BROKERS, consumeAll, createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
+import { BROKERS, consumeAll } from '../../support/kafka.js';
 import { metric, metricValue, point, postFresh, postTrack, startService, until, type Service } from '../helpers/service.js';
+import { fileTopic } from '../helpers/topic.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
-let topic: string;
+const topic = fileTopic('ops');
 
 beforeAll(async () => {
-  topic = await createTopic(uniqueTopic('ops'));
 });
 afterAll(async () => {
-  await deleteTopic(topic);
 });
 
 

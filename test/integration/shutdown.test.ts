@@ -1,14 +1,13 @@
 // SIGTERM: stop accepting, finish what is in flight, flush every producer, exit 0, lose nothing.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { consumeAll, createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
+import { consumeAll } from '../../support/kafka.js';
 import { point, postTrack, startService } from '../helpers/service.js';
+import { fileTopic } from '../helpers/topic.js';
 
-let topic: string;
+const topic = fileTopic('shutdown');
 beforeAll(async () => {
-  topic = await createTopic(uniqueTopic('shutdown'));
 });
 afterAll(async () => {
-  await deleteTopic(topic);
 });
 
 describe('graceful shutdown', () => {

@@ -8,16 +8,15 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SpillJournal } from '../../src/kafka/spill-journal.js';
 import { ACCOUNTING_HEADER, AccountedLoad, accountingRow } from '../helpers/accounting.js';
-import { consumeAll, createTopic, deleteTopic, uniqueTopic } from '../helpers/kafka.js';
+import { consumeAll, createTopic, deleteTopic, uniqueTopic } from '../../support/kafka.js';
 import { metric, point, postTrack, spillDir, startService, until } from '../helpers/service.js';
+import { fileTopic } from '../helpers/topic.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
-const topic = uniqueTopic('spill');
+const topic = fileTopic('spill');
 beforeAll(async () => {
-  await createTopic(topic);
 });
 afterAll(async () => {
-  await deleteTopic(topic);
 });
 
 describe('spill journal replay', () => {

@@ -1,7 +1,8 @@
 // Start-up: a bad configuration stops the service with exit 2 and a message naming the variable.
 import { createServer } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { freePort, startService } from '../helpers/service.js';
+import { freePort } from '../../support/ports.js';
+import { startService } from '../helpers/service.js';
 
 async function exitOf(env: Record<string, string>) {
   const svc = await startService(env, { waitFor: 'nothing' });

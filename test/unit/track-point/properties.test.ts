@@ -1,5 +1,5 @@
 // Property-based tests (fast-check) of the validator and the encoder: generated valid points are
-// accepted and forwarded byte-exactly in the decisions' normalized form; each single mutation that
+// accepted and forwarded byte-exactly in the normalized form of the README's "The Kafka messages"; each single mutation that
 // breaks one rule is rejected with the right detail; arbitrary bodies never throw.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';

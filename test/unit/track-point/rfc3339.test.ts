@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { isRfc3339DateTime } from '../../../src/track-point/rfc3339.js';
 
-// RFC 3339 section 5.6 grammar and the 5.7 restrictions, as the decisions describe them.
+// RFC 3339 section 5.6 grammar and the 5.7 restrictions, as the README's field table states them.
 const valid = [
   '2024-05-01T12:00:00Z',
   '2024-05-01t12:00:00z', // T and Z are case-insensitive (5.6 NOTE)

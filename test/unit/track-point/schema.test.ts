@@ -8,7 +8,7 @@ const issuesOf = (point: unknown) => {
   return r.ok ? [] : r.details;
 };
 
-describe('track point rules (spec section 2)', () => {
+describe('track point rules (the README\'s field table)', () => {
   it('accepts a complete point and keeps its values', () => {
     expect(validatePoints([base])).toEqual({ ok: true, points: [base] });
   });

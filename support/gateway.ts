@@ -1,13 +1,13 @@
-// The reference gateway as `make gateway` runs it (scripts/gateway.sh: nginx, and a local Redis unless
+// Shared by the tests and the benchmarks (support/). The reference gateway as `make gateway` runs it (scripts/gateway.sh: nginx, and a local Redis unless
 // REDIS_URL is given), and HAProxy with deploy/gateway/haproxy.cfg: real processes on free ports.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { freePort } from './service.js';
+import { freePort } from './ports.js';
 
-// The repository: two levels up from test/helpers, three from dist/test/helpers (the benchmarks).
-const up2 = fileURLToPath(new URL('../../', import.meta.url));
-const ROOT = existsSync(`${up2}package.json`) ? up2 : fileURLToPath(new URL('../../../', import.meta.url));
+// The repository: one level up from support/, two from dist/support/ (the compiled benchmarks).
+const up1 = fileURLToPath(new URL('../', import.meta.url));
+const ROOT = existsSync(`${up1}package.json`) ? up1 : fileURLToPath(new URL('../../', import.meta.url));
 const running = new Set<ChildProcess>();
 process.on('exit', () => {
   for (const p of running) killGroup(p, 'SIGKILL');
