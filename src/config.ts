@@ -3,7 +3,7 @@
 // The README's configuration table mirrors DEFAULTS and the descriptions below.
 import { z } from 'zod';
 import { usableCpus } from './cpus.js';
-import { SPILL_RECORD_OVERHEAD_BYTES, spillReserveBytes } from './kafka/spill-record.js';
+import { SPILL_RECORD_OVERHEAD_BYTES, spillReserveBytes } from './spill-record.js';
 
 export const DEFAULTS = {
   MQ_BROKERS: 'localhost:9092',

@@ -97,12 +97,12 @@ export class HttpServer {
       .post(TRACK_PATH, (res, req) => this.onTrack(res, req))
       .any(TRACK_PATH, (res) => {
         m.track.tally.byStatus[405]++;
-        this.refuse(res, TRACK_METHOD, null, 'POST');
+        this.replyError(res, TRACK_METHOD, null, 'POST');
       });
     for (const path of GET_PATHS) {
-      this.app.get(path, get[path]).any(path, (res) => this.refuse(res, GET_METHOD, routeMetrics[path], 'GET'));
+      this.app.get(path, get[path]).any(path, (res) => this.replyError(res, GET_METHOD, routeMetrics[path], 'GET'));
     }
-    this.app.any('/*', (res) => this.refuse(res, NOT_FOUND, other));
+    this.app.any('/*', (res) => this.replyError(res, NOT_FOUND, other));
   }
 
   listen(): Promise<void> {
@@ -253,7 +253,7 @@ export class HttpServer {
     route?.requests[status].inc();
   }
 
-  private refuse(res: uWS.HttpResponse, answer: ErrorAnswer, route: RouteMetrics | null, allow?: string): void {
+  private replyError(res: uWS.HttpResponse, answer: ErrorAnswer, route: RouteMetrics | null, allow?: string): void {
     this.reply(res, answer.status, answer.body, route, allow);
   }
 

@@ -1,7 +1,6 @@
-// Keeping in touch with the brokers: connecting (and retrying), looking for the topic until it exists,
-// asking for metadata while no broker is reachable, the heartbeat that makes a silent broker visible
-// to an idle worker, and the timer that ends the grace period. Every answer goes to the BrokerState;
-// `changed` is called after each so that the producer recomputes what it refuses.
+// Keeping in touch with the brokers: connecting (and retrying), one metadata request a second for the
+// topic, and the timer that ends the grace period. Every answer goes to the BrokerState; `changed` is
+// called after each so that the producer recomputes what it refuses.
 import type Kafka from 'node-rdkafka';
 import { Throttled, type Logger } from '../log.js';
 import type { BrokerState } from './broker-state.js';
@@ -9,8 +8,8 @@ import type { BrokerState } from './broker-state.js';
 /** How often librdkafka's callbacks (error reports, statistics) are served to JavaScript. */
 export const POLL_INTERVAL_MS = 10;
 const RECONNECT_DELAY_MS = 1_000;
-/** A metadata request this often keeps a silent broker visible to an idle worker (startHeartbeat). */
-const HEARTBEAT_INTERVAL_MS = 1_000;
+/** How often the topic's metadata is asked for (see startMetadataPoll). */
+const METADATA_POLL_MS = 1_000;
 
 export interface BrokerLinkOptions {
   brokers: string;
@@ -25,12 +24,10 @@ export class BrokerLink {
   connected = false;
   private stopped = false;
   private readonly connectFailures: Throttled;
+  private readonly topicMissing: Throttled;
   private graceTimer: NodeJS.Timeout | null = null;
-  private metadataTimer: NodeJS.Timeout | null = null;
-  private probeTimer: NodeJS.Timeout | null = null;
-  private probing = false;
-  private heartbeatTimer: NodeJS.Timeout | null = null;
-  private heartbeatInFlight = false;
+  private pollTimer: NodeJS.Timeout | null = null;
+  private pollInFlight = false;
   private readonly topic: string;
   private readonly log: Logger;
 
@@ -42,14 +39,14 @@ export class BrokerLink {
     this.topic = opts.topic;
     this.log = opts.log;
     this.connectFailures = new Throttled(opts.log, 'warn', 'cannot connect to kafka; retrying');
+    this.topicMissing = new Throttled(opts.log, 'warn', 'topic not found or without leaders; POST /track answers 500 until it exists');
   }
 
-  /** Stops every timer; no reconnect, probe or heartbeat after this. */
+  /** Stops every timer; no reconnect or metadata request after this. */
   stop(): void {
     this.stopped = true;
-    for (const timer of [this.graceTimer, this.metadataTimer]) if (timer !== null) clearTimeout(timer);
-    if (this.heartbeatTimer !== null) clearInterval(this.heartbeatTimer);
-    this.stopProbing();
+    if (this.graceTimer !== null) clearTimeout(this.graceTimer);
+    if (this.pollTimer !== null) clearInterval(this.pollTimer);
   }
 
   /** Disconnects within timeoutMs (at least 1 s) if connected. */
@@ -79,91 +76,53 @@ export class BrokerLink {
       this.connected = true;
       this.state.onConnected(topicReady);
       this.producer.setPollInterval(POLL_INTERVAL_MS);
-      this.startHeartbeat();
+      this.startMetadataPoll();
       this.log.info({ brokers: this.opts.brokers, topic: this.topic, topicReady }, 'kafka producer connected');
-      if (!topicReady) this.scheduleMetadataCheck();
+      if (!topicReady) this.topicMissing.report({ topic: this.topic });
       this.opts.changed();
     });
   }
 
-  /** The topic does not exist yet (auto-creation is the broker's choice): look again until it does. */
-  private scheduleMetadataCheck(): void {
-    if (this.metadataTimer !== null || this.stopped) return;
-    this.metadataTimer = setTimeout(() => {
-      this.metadataTimer = null;
-      this.producer.getMetadata({ topic: this.topic, timeout: 5_000 }, (err, metadata) => {
-        if (!err) this.state.onTopicMetadata(hasLeaders(metadata, this.topic));
-        if (!this.state.topicKnown) {
-          this.log.warn({ topic: this.topic }, 'topic not found or without leaders; POST /track answers 500 until it exists');
-          this.scheduleMetadataCheck();
-        }
+  /**
+   * The topic's metadata, asked for every second, one request at a time. Its answers tell that the
+   * topic exists (auto-creation is the broker's choice, so it is looked for until it does) and that a
+   * broker answers while none is thought reachable: librdkafka connects only to brokers it has work
+   * for, and a worker that refuses every request gives it none (seen after a full-cluster outage: one
+   * of two workers answered 500 for minutes while the other served). A request that gets no answer
+   * leaves one waiting on its broker, so a worker that produces nothing still notices a silent broker
+   * (broker-silence.ts); librdkafka picks the broker of each request, so in a cluster the others keep
+   * answering. node-rdkafka's getMetadata holds a libuv threadpool thread while it waits: one at a
+   * time, 1 s at most.
+   */
+  private startMetadataPoll(): void {
+    if (this.pollTimer !== null) return;
+    this.pollTimer = setInterval(() => {
+      if (this.pollInFlight || this.stopped) return;
+      this.pollInFlight = true;
+      this.producer.getMetadata({ topic: this.topic, timeout: METADATA_POLL_MS }, (err, metadata) => {
+        this.pollInFlight = false;
+        if (err || this.stopped) return;
+        const topicReady = hasLeaders(metadata, this.topic);
+        if (this.state.noBrokerReachable) this.state.onBrokerAnswered(topicReady);
+        else this.state.onTopicMetadata(topicReady);
+        if (!topicReady) this.topicMissing.report({ topic: this.topic });
         this.opts.changed();
       });
-    }, 2_000).unref();
+    }, METADATA_POLL_MS);
+    this.pollTimer.unref();
   }
 
   /**
-   * A metadata request every second, one at a time: a worker that produces nothing (the kernel gave
-   * its connections to the other workers, or traffic is quiet) still has a request waiting on a
-   * broker that stopped answering, and notices the silence as soon as a busy worker does. librdkafka
-   * sends each to a broker of its choice, so in a cluster the others keep answering. node-rdkafka's
-   * getMetadata holds a libuv threadpool thread while it waits: one at a time, 1 s at most.
-   */
-  private startHeartbeat(): void {
-    if (this.heartbeatTimer !== null) return;
-    this.heartbeatTimer = setInterval(() => {
-      if (this.heartbeatInFlight || this.stopped) return;
-      this.heartbeatInFlight = true;
-      this.producer.getMetadata({ topic: this.topic, timeout: HEARTBEAT_INTERVAL_MS }, () => {
-        this.heartbeatInFlight = false;
-      });
-    }, HEARTBEAT_INTERVAL_MS);
-    this.heartbeatTimer.unref();
-  }
-
-  /**
-   * While no broker is up, ask for metadata every second. librdkafka connects only to brokers it
-   * has work for, and a worker that refuses every request gives it none: without this, a worker
-   * could stay "broker down" long after the cluster came back (seen after a full-cluster outage:
-   * one of two workers answered 500 for minutes while the other served).
-   */
-  private startProbing(): void {
-    if (this.probeTimer !== null || this.stopped) return;
-    this.probeTimer = setInterval(() => {
-      if (this.probing || !this.connected) return;
-      this.probing = true;
-      this.producer.getMetadata({ topic: this.topic, timeout: 2_000 }, (err, metadata) => {
-        this.probing = false;
-        if (err || this.probeTimer === null) return;
-        this.state.onBrokerAnswered(hasLeaders(metadata, this.topic));
-        this.stopProbing();
-        this.opts.changed();
-      });
-    }, 1_000);
-    this.probeTimer.unref();
-  }
-
-  private stopProbing(): void {
-    if (this.probeTimer !== null) clearInterval(this.probeTimer);
-    this.probeTimer = null;
-  }
-
-  /**
-   * Probes while no broker is reachable, and re-evaluates when the grace period ends even if no
-   * further event arrives; then recomputes the refusal.
+   * While no broker is reachable, re-evaluates when the grace period ends even if no further event
+   * arrives; then recomputes the refusal.
    */
   followBrokerReachability(): void {
-    if (this.state.noBrokerReachable) {
-      this.startProbing();
-      const left = this.state.downGraceLeftMs();
-      if (left !== null && left > 0) {
-        this.graceTimer ??= setTimeout(() => {
-          this.graceTimer = null;
-          this.opts.changed();
-        }, left + 10).unref();
-      }
-    } else {
-      this.stopProbing();
+    const left = this.state.downGraceLeftMs();
+    if (left !== null && left > 0) {
+      this.graceTimer ??= setTimeout(() => {
+        this.graceTimer = null;
+        this.opts.changed();
+      }, left + 10).unref();
     }
     this.opts.changed();
   }

@@ -105,7 +105,7 @@ export class BrokerState {
     return this.topicReady;
   }
 
-  /** No broker is reachable now: the producer asks for metadata meanwhile. */
+  /** No broker is reachable now (a metadata answer then means one is again). */
   get noBrokerReachable(): boolean {
     return this.downSince !== null;
   }

@@ -21,7 +21,7 @@
 // end-to-end mode.
 //
 // The other jobs live beside this file: settings.ts (the librdkafka properties), broker-link.ts
-// (connecting, probing, the metadata heartbeat), broker-state.ts (what is known about Kafka and what
+// (connecting, the topic's metadata every second), broker-state.ts (what is known about Kafka and what
 // follows for admission and readiness), broker-silence.ts (a broker that stops answering),
 // queue-accounting.ts (points handed over and not yet acknowledged), statistics.ts (librdkafka's
 // statistics to Prometheus), delivery-reports.ts (reports, tickets, spilling).
@@ -36,7 +36,7 @@ import { codeName, DeliveryReports, type DeliveryTicket } from './delivery-repor
 import { QueueAccounting } from './queue-accounting.js';
 import { messageMaxBytes, type ProducerSettings } from './settings.js';
 import type { SpillJournal } from './spill-journal.js';
-import { SPILL_RECORD_OVERHEAD_BYTES, spillReserveBytes } from './spill-record.js';
+import { SPILL_RECORD_OVERHEAD_BYTES, spillReserveBytes } from '../spill-record.js';
 import { realBrokers, StatisticsExporter, topicHasLeader, type Statistics } from './statistics.js';
 
 /** Why tryEnqueue or admission refused: the broker state's reasons, and the queue's. */

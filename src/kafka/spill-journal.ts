@@ -18,7 +18,7 @@
 import { closeSync, fdatasyncSync, fsyncSync, mkdirSync, openSync, readdirSync, readSync, statSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
-import { SPILL_RECORD_OVERHEAD_BYTES } from './spill-record.js';
+import { SPILL_RECORD_OVERHEAD_BYTES } from '../spill-record.js';
 
 const RECORD_HEADER_BYTES = SPILL_RECORD_OVERHEAD_BYTES;
 /** Appends wait at most this long before they are written and synced. */

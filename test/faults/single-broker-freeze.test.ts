@@ -33,6 +33,27 @@ function readyz(url: string): Promise<{ status: number; reason: string }> {
   });
 }
 
+/**
+ * Waits for three fresh-connection /readyz answers with this status in a row (every worker agrees);
+ * returns when the first of them came, and the reason it gave.
+ */
+async function readinessStreak(url: string, status: number): Promise<{ from: number; reason: string }> {
+  let streak = 0;
+  let from = 0;
+  let reason = '';
+  await until(`readiness ${status}`, async () => {
+    const r = await readyz(url);
+    if (r.status !== status) {
+      streak = 0;
+      return false;
+    }
+    if (streak++ === 0) from = Date.now();
+    reason = r.reason;
+    return streak >= 3;
+  }, 30_000);
+  return { from, reason };
+}
+
 describe('the single broker frozen (SIGSTOP) under load', () => {
   it('readiness 503 and 500 with Retry-After within the grace period plus a second, 200 and 202 again after the thaw; nothing lost or duplicated', { timeout: 180_000 }, async () => {
     const topic = await createTopic(uniqueTopic('freeze'));
@@ -51,16 +72,9 @@ describe('the single broker frozen (SIGSTOP) under load', () => {
       kafka('freeze-node', 'single');
       frozen = true;
       // Every worker unready: three fresh-connection answers of 503 in a row; noticed at the first.
-      let unready = 0;
-      let streakFrom = 0;
-      await until('readiness 503', async () => {
-        const r = await readyz(svc.url);
-        if (r.status === 503 && unready++ === 0) streakFrom = Date.now();
-        if (r.status !== 503) unready = 0;
-        else reason = r.reason;
-        return unready >= 3;
-      }, 30_000);
-      noticedMs = streakFrom - frozenAt;
+      const unready = await readinessStreak(svc.url, 503);
+      noticedMs = unready.from - frozenAt;
+      reason = unready.reason;
       const res = await fetch(`${svc.url}/track`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify([point('during-freeze')]) });
       refusal = { status: res.status, retryAfter: res.headers.get('retry-after'), body: (await res.json()) as Record<string, unknown> };
       stalledMetric = metricValue(await (await fetch(`${svc.url}/metrics`)).text(), 'ingest_kafka_stalled');
@@ -69,15 +83,7 @@ describe('the single broker frozen (SIGSTOP) under load', () => {
       const thawedAt = Date.now();
       kafka('thaw-node', 'single');
       frozen = false;
-      let ready = 0;
-      let readyFrom = 0;
-      await until('readiness 200 after the thaw', async () => {
-        const ok = (await readyz(svc.url)).status === 200;
-        if (ok && ready++ === 0) readyFrom = Date.now();
-        if (!ok) ready = 0;
-        return ready >= 3;
-      }, 30_000);
-      recoveredMs = readyFrom - thawedAt;
+      recoveredMs = (await readinessStreak(svc.url, 200)).from - thawedAt;
       afterThaw = await Promise.all(Array.from({ length: 20 }, (_, i) => postFresh(svc.url, [point(`thawed-${load.runId}-${i}`)])));
       await sleep(3_000);
     } finally {
