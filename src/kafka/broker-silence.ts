@@ -9,12 +9,15 @@
 // SIGSTOP under load: waitresp_cnt stayed at 5 (max.in.flight for idempotence) and rx froze within one
 // 100 ms statistics interval; a healthy broker under the same load answers within milliseconds.
 //
-// The producer is stalled when some broker has been silent for the grace period and no broker has
-// answered anything in that time. A Kafka broker handles one request per connection at a time, so a
+// The producer is stalled when some broker has been silent for the grace period, no broker has
+// answered anything in that time, and every broker that leads a partition of the topic is silent. A Kafka broker handles one request per connection at a time, so a
 // produce request held by acks=all (a leader waiting for a frozen follower) also holds the metadata
 // requests behind it: "no answer from anyone" is what a client sees then, too. As soon as any broker
 // answers again, the producer is not stalled: it can deliver, and what is queued for the silent
-// broker's partitions is bounded by the producer queue limits.
+// broker's partitions is bounded by the producer queue limits. The leaders matter for a worker that
+// refuses: it then sends nothing but its metadata requests, and when librdkafka keeps sending those to
+// the silent broker, "no answer" lasted as long as the freeze (measured: one worker of two refused for
+// 30 s and more while the other served) although other leaders would have taken its points.
 
 /** The fields of one entry of librdkafka's `brokers` statistics this module reads. */
 export interface BrokerStatsSample {
@@ -70,10 +73,17 @@ export class BrokerSilence {
     return out.sort((a, b) => b.silentMs - a.silentMs);
   }
 
-  /** The broker that stalls the producer: silent for graceMs while no broker answered anything; or null. */
-  stalled(now: number, graceMs: number): SilentBroker | null {
+  /**
+   * The broker that stalls the producer: silent for graceMs while no broker answered anything and, when
+   * the leaders of the topic's partitions are known (node ids), while every one of them is silent too.
+   */
+  stalled(now: number, graceMs: number, leaders: readonly number[] | null = null): SilentBroker | null {
     if (this.lastAnswer === null || now - this.lastAnswer < graceMs) return null;
-    const longest = this.brokersSilence(now)[0];
-    return longest !== undefined && longest.silentMs >= graceMs ? longest : null;
+    const brokers = this.brokersSilence(now);
+    const longest = brokers[0];
+    if (longest === undefined || longest.silentMs < graceMs) return null;
+    const silentLong = new Set(brokers.filter((b) => b.silentMs >= graceMs).map((b) => b.nodeid));
+    if (leaders !== null && leaders.some((id) => !silentLong.has(id))) return null;
+    return longest;
   }
 }

@@ -79,18 +79,18 @@ export class BrokerState {
   }
 
   /**
-   * One statistics snapshot: brokers UP, each broker's requests and answers, and whether the topic has
-   * a leader (null when these statistics do not list its partitions).
+   * One statistics snapshot: brokers UP, each broker's requests and answers, and the node ids leading
+   * the topic's partitions (null when these statistics do not list them).
    */
-  onStatistics(brokers: readonly BrokerStatsSample[], topicLeader: boolean | null): StallChange {
+  onStatistics(brokers: readonly BrokerStatsSample[], leaders: readonly number[] | null): StallChange {
     const now = this.clock();
     const up = brokers.filter((b) => b.nodeid >= 0 && b.state === 'UP').length;
     this.brokersUp = up;
     if (up > 0) this.downSince = null;
     else this.downSince ??= now;
-    if (topicLeader !== null) this.topicReady = topicLeader;
+    if (leaders !== null) this.topicReady = leaders.length > 0;
     this.silence.observe(brokers, now);
-    const stalled = this.silence.stalled(now, this.opts.graceMs);
+    const stalled = this.silence.stalled(now, this.opts.graceMs, leaders);
     const before = this.stalledBy;
     this.stalledBy = stalled;
     if (before === null && stalled !== null) return { stalled };

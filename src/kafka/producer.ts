@@ -37,7 +37,7 @@ import { QueueAccounting } from './queue-accounting.js';
 import { messageMaxBytes, type ProducerSettings } from './settings.js';
 import type { SpillJournal } from './spill-journal.js';
 import { SPILL_RECORD_OVERHEAD_BYTES, spillReserveBytes } from '../spill-record.js';
-import { realBrokers, StatisticsExporter, topicHasLeader, type Statistics } from './statistics.js';
+import { realBrokers, StatisticsExporter, topicLeaders, type Statistics } from './statistics.js';
 
 /** Why tryEnqueue or admission refused: the broker state's reasons, and the queue's. */
 export type Refusal = BrokerRefusal | 'queue_full' | 'message_too_large' | 'produce_failed' | 'spill_full';
@@ -298,7 +298,7 @@ export class TrackProducer {
     const acknowledged = this.queue.onStatistics(stats.msg_cnt, stats.msg_size, this.reports.failed);
     if (acknowledged > 0) this.metrics.delivered.inc(acknowledged);
     this.statistics.export(stats);
-    const change = this.state.onStatistics(realBrokers(stats), topicHasLeader(stats, this.topic));
+    const change = this.state.onStatistics(realBrokers(stats), topicLeaders(stats, this.topic));
     for (const b of this.state.brokersSilence()) this.metrics.brokerSilent.labels(String(b.nodeid)).set(b.silentMs / 1000);
     if (change !== null && 'stalled' in change) {
       const { stalled } = change;

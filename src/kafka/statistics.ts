@@ -31,12 +31,13 @@ export function realBrokers(stats: Statistics): BrokerStats[] {
 }
 
 /**
- * Whether the topic has a leader, or null when these statistics do not say: right after connecting,
- * the topic appears before its metadata does, without partitions.
+ * The node ids leading the topic's partitions (none while no partition has a leader), or null when
+ * these statistics do not say: right after connecting, the topic appears before its metadata does,
+ * without partitions.
  */
-export function topicHasLeader(stats: Statistics, topic: string): boolean | null {
+export function topicLeaders(stats: Statistics, topic: string): number[] | null {
   const partitions = Object.values(stats.topics?.[topic]?.partitions ?? {}).filter((p) => p.partition >= 0);
-  return partitions.length === 0 ? null : partitions.some((p) => p.leader >= 0);
+  return partitions.length === 0 ? null : [...new Set(partitions.map((p) => p.leader).filter((id) => id >= 0))];
 }
 
 /** Sets the Kafka gauges and counters of the worker's metrics from each statistics event. */

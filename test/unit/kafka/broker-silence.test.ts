@@ -59,6 +59,14 @@ describe('BrokerSilence', () => {
     expect(s.stalled(6_000, GRACE)?.silentMs).toBe(6_000);
   });
 
+  it('with the partition leaders known, stalls only while every leader is silent', () => {
+    const s = new BrokerSilence();
+    feed(s, 0, 6_000, () => [b(1, 0, 10), b(2, 5, 20)]);
+    expect(s.stalled(6_000, GRACE, [1, 2])).toBeNull();
+    expect(s.stalled(6_000, GRACE, [2])?.nodeid).toBe(2);
+    expect(s.stalled(6_000, GRACE)?.nodeid).toBe(2);
+  });
+
   it('leaves brokers that are not UP to the connection state, and ignores bootstrap entries', () => {
     const s = new BrokerSilence();
     feed(s, 0, 10_000, () => [b(1, 5, 7, 'CONNECT'), { ...b(-1, 5, 0), name: '127.0.0.1:9092/bootstrap' }]);

@@ -14,11 +14,15 @@ function machine() {
     advance(ms: number) {
       now += ms;
     },
-    /** One broker's statistics every 100 ms for `ms`, as `at` describes it at each time offset. */
-    stats(ms: number, at: (t: number) => BrokerStatsSample[], topicLeader: boolean | null = true) {
+    /**
+     * Statistics every 100 ms for `ms`, as `at` describes the brokers at each time offset; the topic's
+     * partitions led by broker 1 (true), without a leader (false), or not listed (null), or by `leaders`.
+     */
+    stats(ms: number, at: (t: number) => BrokerStatsSample[], topicLeader: boolean | null = true, leaders?: number[]) {
+      const ids = leaders ?? (topicLeader === null ? null : topicLeader ? [1] : []);
       const changes = [];
       for (let t = 0; t < ms; t += 100) {
-        changes.push(state.onStatistics(at(t), topicLeader));
+        changes.push(state.onStatistics(at(t), ids));
         now += 100;
       }
       return changes.filter((c) => c !== null);
@@ -94,6 +98,21 @@ describe('BrokerState', () => {
     const thawed = m.stats(100, () => [up(901, 5)]);
     expect(thawed).toEqual([{ answering: expect.objectContaining({ name: '127.0.0.1:9092/1' }) }]);
     expect(m.view()).toEqual({ refusal: null, unready: null, available: true });
+  });
+
+  it('a worker whose only requests wait on a silent broker is not stalled while another broker leads partitions', () => {
+    const m = machine();
+    m.state.onConnected(true);
+    const brokers = (silentRx: number) => [
+      { name: '127.0.0.1:19092/1', nodeid: 1, state: 'UP', waitresp_cnt: 0, rx: 50 },
+      { name: '127.0.0.1:29092/2', nodeid: 2, state: 'UP', waitresp_cnt: 1, rx: silentRx },
+    ];
+    // Broker 2 frozen; broker 1 idle (this worker refuses, so it sends it nothing) but leads partitions.
+    expect(m.stats(GRACE + 500, () => brokers(7), true, [1, 2])).toEqual([]);
+    expect(m.view()).toEqual({ refusal: null, unready: null, available: true });
+    // Once only the silent broker leads, nothing can be delivered: stalled.
+    expect(m.stats(100, () => brokers(7), true, [2])).toEqual([{ stalled: expect.objectContaining({ nodeid: 2 }) }]);
+    expect(m.view().refusal).toBe('broker_stalled');
   });
 
   it('a fatal error refuses for good, and stopping wins over everything', () => {
