@@ -1,16 +1,18 @@
 # syntax=docker/dockerfile:1
-# Multi-stage: node-rdkafka compiles librdkafka in the build stage (compilers and headers stay
-# there); the runtime image has Node, the compiled JavaScript, production node_modules and the
-# shared libraries librdkafka links against (OpenSSL 3, zlib), and runs as a non-root user.
+# Multi-stage: node-rdkafka compiles librdkafka in the build stage, then patches/ is applied and its
+# addon rebuilt (compilers, headers and patch(1) stay there); the runtime image has Node, the
+# compiled JavaScript, production node_modules and the shared libraries librdkafka links against
+# (OpenSSL 3, zlib), and runs as a non-root user.
 # The build steps are scripts/image-build.sh's, which also runs them without Docker (and is tested).
 
 FROM node:20-bookworm-slim AS build
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 make g++ libssl-dev zlib1g-dev ca-certificates \
+ && apt-get install -y --no-install-recommends python3 make g++ patch libssl-dev zlib1g-dev ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY package.json package-lock.json ./
-COPY scripts/image-build.sh ./scripts/
+COPY scripts/image-build.sh scripts/patch-node-rdkafka.sh ./scripts/
+COPY patches ./patches
 RUN scripts/image-build.sh deps
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src

@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help install build run gateway test test-faults test-image test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench bench-floor clean
+.PHONY: help install build run gateway test test-faults test-image test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench bench-floor bench-cpu clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -53,6 +53,11 @@ bench: build ## the benchmark suite against a local Kafka (about 19 minutes; see
 bench-floor: build ## CPU per point of each stage alone: parse, zod, encode, the node-rdkafka producer (failure reports only vs a report per message)
 	@npx tsc -p .
 	@scripts/with-broker.sh node dist/bench/floor.js
+
+bench-cpu: build ## CPU per point of the service under wrk, 1 worker, 100/10/1 points per request (CPU_COMPARE=other/dist/src/main.js: side by side)
+	@npx tsc -p .
+	@scripts/need-packages.sh wrk:wrk
+	@scripts/with-broker.sh node dist/bench/cpu.js
 
 fuzz: build ## 1,000,000 hostile bodies against a running worker: no crash, JSON 4xx answers, RSS curve
 	@npx tsc -p .

@@ -2,8 +2,8 @@
 # The build steps of the Dockerfile, runnable without Docker. The Dockerfile calls the first two,
 # so the image and this script cannot drift apart.
 #
-#   scripts/image-build.sh deps           npm ci (compiles librdkafka), in the current directory
-#   scripts/image-build.sh compile        tsc, then drop dev dependencies
+#   scripts/image-build.sh deps           npm ci (compiles librdkafka, patches node-rdkafka), here
+#   scripts/image-build.sh compile        tsc, then drop dev dependencies (and patch node-rdkafka again)
 #   scripts/image-build.sh assemble OUT   both, from a copy of this checkout, then the runtime stage's
 #                                         layout in OUT: node_modules, dist, package.json
 set -euo pipefail
@@ -13,13 +13,17 @@ case $step in
     npm ci --no-audit --no-fund ;;
   compile)
     npx tsc -p tsconfig.build.json
-    npm prune --omit=dev --no-audit --no-fund ;;
+    npm prune --omit=dev --no-audit --no-fund
+    # npm prune reinstalls node-rdkafka every time (its package.json says version "v3.6.1", the lockfile
+    # 3.6.1, and npm takes that for a change: `npm prune --dry-run --loglevel=silly` prints
+    # "CHANGE node_modules/node-rdkafka"), which undoes the patch: apply it again.
+    scripts/patch-node-rdkafka.sh ;;
   assemble)
     out=${2:?usage: image-build.sh assemble OUT}
     root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
-    cp -r "$root"/{package.json,package-lock.json,tsconfig.json,tsconfig.build.json,src,scripts} "$work"/
+    cp -r "$root"/{package.json,package-lock.json,tsconfig.json,tsconfig.build.json,src,scripts,patches} "$work"/
     (cd "$work" && scripts/image-build.sh deps && scripts/image-build.sh compile)
     rm -rf "$out"
     mkdir -p "$out"

@@ -20,7 +20,7 @@ export interface BrokerLinkOptions {
 }
 
 export class BrokerLink {
-  /** node-rdkafka's connection: produce() may be called. */
+  /** node-rdkafka's connection: produceBatch() may be called. */
   connected = false;
   private stopped = false;
   private readonly connectFailures: Throttled;

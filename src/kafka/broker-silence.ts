@@ -9,15 +9,16 @@
 // SIGSTOP under load: waitresp_cnt stayed at 5 (max.in.flight for idempotence) and rx froze within one
 // 100 ms statistics interval; a healthy broker under the same load answers within milliseconds.
 //
-// The producer is stalled when some broker has been silent for the grace period, no broker has
-// answered anything in that time, and every broker that leads a partition of the topic is silent. A Kafka broker handles one request per connection at a time, so a
-// produce request held by acks=all (a leader waiting for a frozen follower) also holds the metadata
-// requests behind it: "no answer from anyone" is what a client sees then, too. As soon as any broker
-// answers again, the producer is not stalled: it can deliver, and what is queued for the silent
-// broker's partitions is bounded by the producer queue limits. The leaders matter for a worker that
-// refuses: it then sends nothing but its metadata requests, and when librdkafka keeps sending those to
-// the silent broker, "no answer" lasted as long as the freeze (measured: one worker of two refused for
-// 30 s and more while the other served) although other leaders would have taken its points.
+// The producer is stalled when some broker has been silent for the grace period, no broker has answered
+// anything in that time, and every broker that leads a partition of the topic is silent. A Kafka broker
+// handles one request per connection at a time, so a produce request held by acks=all (a leader waiting
+// for a frozen follower) also holds the metadata requests behind it: "no answer from anyone" is what a
+// client sees then, too. As soon as any broker answers again, the producer is not stalled: it can
+// deliver, and what is queued for the silent broker's partitions is bounded by the producer queue
+// limits. The leaders matter for a worker that refuses: it then sends nothing but its metadata
+// requests, and when librdkafka keeps sending those to the silent broker, "no answer" lasted as long as
+// the freeze (measured: one worker of two refused for 30 s and more while the other served) although
+// other leaders would have taken its points.
 
 /** The fields of one entry of librdkafka's `brokers` statistics this module reads. */
 export interface BrokerStatsSample {

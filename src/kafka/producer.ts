@@ -86,6 +86,9 @@ export class TrackProducer {
     this.statistics = new StatisticsExporter(metrics, config.topic);
     // Throws on an unknown or invalid property: the worker reports it as a configuration error.
     this.producer = new Kafka.Producer(settings.global, settings.topic);
+    if (typeof this.producer.produceBatch !== 'function') {
+      throw new Error('node-rdkafka lacks produceBatch: patches/ was not applied; run scripts/patch-node-rdkafka.sh (npm ci runs it)');
+    }
     this.link = new BrokerLink(this.producer, this.state, { brokers: config.brokers, topic: config.topic, log, changed: () => this.updateRefusal() });
     this.brokerErrors = new Throttled(log, 'warn', 'kafka client error');
     // node-rdkafka's error events carry only the code's name ("ssl error"); librdkafka says why in its
@@ -188,54 +191,51 @@ export class TrackProducer {
   /**
    * Enqueues every point of one request, or none of them; returns null when taken, else why not.
    *
-   * All or nothing holds because every condition under which librdkafka's produce() fails
-   * synchronously is checked before the first call:
+   * One native call for the whole request (produceBatch, added to node-rdkafka by patches/): the
+   * topic is looked up once and no JavaScript value is converted per point (README, "One native call
+   * per request").
+   *
+   * All or nothing holds because every condition under which librdkafka refuses a message
+   * synchronously is checked before the call:
    *   ERR__QUEUE_FULL        our high-water mark is far below librdkafka's queue limits
    *                          (producerSettings), so admitted points fit;
    *   ERR_MSG_SIZE_TOO_LARGE the largest value is compared with message.max.bytes;
    *   ERR__FATAL / ERR__STATE / unknown topic  are states we track from events (`refusal`).
-   * What remains is a fatal error raised by librdkafka's thread during this very loop: then the
-   * messages already queued fail with ERR__FATAL too and are not written. Should produce() still
-   * throw midway, the request is answered 500, the points already queued are delivered, and a client
-   * retry duplicates them: never a loss. Both cases are logged and counted as delivery errors.
+   * What remains is a fatal error raised by librdkafka's thread during this very call: then the
+   * messages already queued fail with ERR__FATAL too and are not written. Should librdkafka still
+   * refuse a message midway, produceBatch stops there and says how many were queued: the request
+   * is answered 500, the points already queued are delivered, and a client retry duplicates them:
+   * never a loss. Both cases are logged and counted as delivery errors.
    */
   tryEnqueue(batch: EncodedPoints, ticket: DeliveryTicket | null = null): Refusal | null {
     if (this.refusal !== null) return this.refusal;
-    if (this.queuedPoints + batch.count > this.maxPoints || this.queuedBytes + batch.bytes > this.maxBytes) {
+    const count = batch.count;
+    if (this.queuedPoints + count > this.maxPoints || this.queuedBytes + batch.bytes > this.maxBytes) {
       this.metrics.queueFull.inc();
       return 'queue_full';
     }
     if (batch.largestValue > this.messageMaxBytes) return 'message_too_large';
-    if (this.spillMustKeep && !this.spillHasRoomFor(batch.count, batch.bytes)) return 'spill_full';
+    if (this.spillMustKeep && !this.spillHasRoomFor(count, batch.bytes)) return 'spill_full';
 
     // The Kafka timestamp is the time of acceptance, not the device clock (README, "The Kafka messages"): a device
     // clock hours ahead would make the broker reject the whole batch.
     const now = Date.now();
-    const { keys, values, count } = batch;
-    const topic = this.topic;
-    let i = 0;
     try {
-      // keys and values have one entry per point (encodePoints).
       if (ticket === null) {
-        for (const value of values) {
-          this.producer.produce(topic, null, value, keys[i], now);
-          i++;
-        }
+        this.producer.produceBatch(this.topic, batch.data, batch.valueEnds, batch.keyEnds, now);
       } else {
         ticket.remaining = count;
         ticket.enqueuedAt = performance.now();
-        for (const value of values) {
-          this.producer.produce(topic, null, value, keys[i], now, ticket);
-          i++;
-        }
+        this.producer.produceBatch(this.topic, batch.data, batch.valueEnds, batch.keyEnds, now, ticket);
       }
     } catch (err) {
       // Only the points already queued will report: the request is answered 500 now, not by settle().
-      if (ticket !== null) ticket.remaining = i;
-      this.queue.added(i, i === 0 ? 0 : batch.bytes); // an over-count only makes the limit stricter
-      if (i > 0) {
-        this.metrics.deliveryErrors.labels('PARTIAL_ENQUEUE').inc(i);
-        this.log.error({ err, enqueued: i, count }, 'produce failed midway: the points already queued will be delivered; the client gets 500 and may resend them (duplicates, never a loss)');
+      const enqueued = enqueuedBefore(err);
+      if (ticket !== null) ticket.remaining = enqueued;
+      this.queue.added(enqueued, enqueued === 0 ? 0 : batch.bytes); // an over-count only makes the limit stricter
+      if (enqueued > 0) {
+        this.metrics.deliveryErrors.labels('PARTIAL_ENQUEUE').inc(enqueued);
+        this.log.error({ err, enqueued, count }, 'produce failed midway: the points already queued will be delivered; the client gets 500 and may resend them (duplicates, never a loss)');
       } else {
         this.brokerErrors.report({ err });
       }
@@ -323,3 +323,8 @@ export class TrackProducer {
   }
 }
 
+/** How many messages produceBatch queued before it threw (its error says; 0 for any other error). */
+function enqueuedBefore(err: unknown): number {
+  const enqueued = typeof err === 'object' && err !== null && 'enqueued' in err ? err.enqueued : 0;
+  return typeof enqueued === 'number' ? enqueued : 0;
+}

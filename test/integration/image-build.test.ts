@@ -42,8 +42,12 @@ describe.runIf(enabled)('scripts/image-build.sh', () => {
         expect(ready).toBe(200);
         expect((await postTrack(`http://127.0.0.1:${port}`, [point('image')])).status).toBe(202);
       } finally {
-        proc.kill('SIGTERM');
-        await new Promise((r) => proc.once('exit', r));
+        // A service that failed to start has exited already: its exit event will not come again.
+        if (proc.exitCode === null && proc.signalCode === null) {
+          const exited = new Promise((r) => proc.once('exit', r));
+          proc.kill('SIGTERM');
+          await exited;
+        }
       }
     } finally {
       rmSync(dir, { recursive: true, force: true });

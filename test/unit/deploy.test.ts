@@ -89,6 +89,15 @@ describe('Dockerfile and compose', () => {
     expect(dockerfile).toMatch(/^CMD \["node", "dist\/src\/main\.js"\]$/m);
   });
 
+  it('gives the build stage what npm ci needs to patch node-rdkafka, before npm ci runs', () => {
+    // scripts/patch-node-rdkafka.sh runs as npm's postinstall: patch(1) installed, the script and
+    // patches/ copied before `image-build.sh deps`.
+    const build = dockerfile.slice(0, dockerfile.indexOf('RUN scripts/image-build.sh deps'));
+    expect(build).toMatch(/apt-get install [^\n]*\bpatch\b/);
+    expect(build).toMatch(/^COPY [^\n]*scripts\/patch-node-rdkafka\.sh/m);
+    expect(build).toMatch(/^COPY patches \.\/patches$/m);
+  });
+
   it('gives compose a stop grace period longer than the flush', () => {
     const compose = parse(read('docker-compose.yml'));
     expect(parseInt(compose.services.ingest.stop_grace_period, 10) * 1000).toBeGreaterThan(Number(DEFAULTS.SHUTDOWN_TIMEOUT_MS));

@@ -4,13 +4,14 @@ import { gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { handleTrackBody, type PointSink } from '../../../src/http/track-body.js';
 import type { Refusal } from '../../../src/kafka/producer.js';
-import type { EncodedPoints } from '../../../src/track-point/encode.js';
+import { messagesOf, type EncodedPoints } from '../../../src/track-point/encode.js';
 
 const limits = { maxBodyBytes: 4096, maxPoints: 5, brokerDownGraceMs: 5000, topic: 't' };
 const point = { container_id: 'c1', lat: 1, lon: 2, timestamp: '2024-05-01T12:00:00Z' };
 
 class RecordingSink implements PointSink {
-  batches: EncodedPoints[] = [];
+  /** The messages of each batch taken (copies: the batch views scratch space the next request reuses). */
+  batches: ReturnType<typeof messagesOf>[] = [];
   constructor(
     private readonly refusal: Refusal | null = null,
     private readonly early: Refusal | null = null,
@@ -19,7 +20,7 @@ class RecordingSink implements PointSink {
     return this.early;
   }
   tryEnqueue(batch: EncodedPoints): Refusal | null {
-    if (this.refusal === null) this.batches.push(batch);
+    if (this.refusal === null) this.batches.push(messagesOf(batch));
     return this.refusal;
   }
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { encodePoints, encodeValue } from '../../../src/track-point/encode.js';
+import { encodePoints, encodeValue, messagesOf } from '../../../src/track-point/encode.js';
 import type { TrackPoint } from '../../../src/track-point/schema.js';
 
 const point = (over: Partial<TrackPoint> = {}): TrackPoint => ({
@@ -28,16 +28,42 @@ describe('encodePoints', () => {
   it('gives each point its key and its own value bytes, in order', () => {
     const points = [point({ container_id: 'a' }), point({ container_id: 'b', lat: -3 }), point({ container_id: 'c' })];
     const batch = encodePoints(points);
+    const { keys, values } = messagesOf(batch);
     expect(batch.count).toBe(3);
-    expect(batch.keys).toEqual(['a', 'b', 'c']);
-    expect(batch.values.map((v) => v.toString())).toEqual(points.map(reference));
+    expect(keys).toEqual(['a', 'b', 'c']);
+    expect(values.map((v) => v.toString())).toEqual(points.map(reference));
     expect(batch.bytes).toBe(points.reduce((n, p) => n + Buffer.byteLength(reference(p)) + 1, 0));
   });
 
   it('handles multi-byte characters (byte offsets differ from character offsets)', () => {
     const points = [point({ container_id: '集装箱' }), point({ container_id: 'plain' }), point({ container_id: '🚢' })];
     const batch = encodePoints(points);
-    expect(batch.values.map((v) => v.toString('utf8'))).toEqual(points.map(reference));
+    expect(messagesOf(batch).values.map((v) => v.toString('utf8'))).toEqual(points.map(reference));
     expect(batch.largestValue).toBe(Math.max(...points.map((p) => Buffer.byteLength(reference(p)))));
+  });
+});
+
+describe('encodePoints: the keys', () => {
+  const bytesOf = (points: TrackPoint[]) => points.reduce((n, p) => n + Buffer.byteLength(reference(p)) + Buffer.byteLength(p.container_id), 0);
+
+  it('are the container ids in UTF-8, after the values, each converted on its own', () => {
+    // 'a\ud800' + '\udc00b' would join into one surrogate pair if written together: each key stays
+    // what produce() made of it alone (a lone surrogate becomes U+FFFD), as before produceBatch.
+    const points = [point({ container_id: '集装箱' }), point({ container_id: 'a\ud800' }), point({ container_id: '\udc00b' }), point({ container_id: 'plain' })];
+    const batch = encodePoints(points);
+    expect(messagesOf(batch).keys).toEqual(points.map((p) => Buffer.from(p.container_id).toString()));
+    expect(messagesOf(batch).keys.slice(1, 3)).toEqual(['a\ufffd', '\ufffdb']);
+    expect(batch.bytes).toBe(points.reduce((n, p) => n + Buffer.byteLength(reference(p)) + Buffer.from(p.container_id).length, 0));
+    expect(batch.data.length).toBe(batch.bytes);
+  });
+
+  it('keep their offsets when a larger request follows a smaller one (the buffers grow)', () => {
+    encodePoints([point()]);
+    const points = Array.from({ length: 5000 }, (_, i) => point({ container_id: `container-${i}`, lat: i / 100 }));
+    const batch = encodePoints(points);
+    const { keys, values } = messagesOf(batch);
+    expect(keys).toEqual(points.map((p) => p.container_id));
+    expect(values.map(String)).toEqual(points.map(reference));
+    expect(batch.bytes).toBe(bytesOf(points));
   });
 });

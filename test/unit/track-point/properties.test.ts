@@ -5,7 +5,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { handleTrackBody, type PointSink } from '../../../src/http/track-body.js';
 import type { Refusal } from '../../../src/kafka/producer.js';
-import type { EncodedPoints } from '../../../src/track-point/encode.js';
+import { messagesOf, type EncodedPoints } from '../../../src/track-point/encode.js';
 
 const DAYS = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
 const pad = (n: number, w = 2) => String(n).padStart(w, '0');
@@ -46,13 +46,13 @@ const validPoint = fc.record(
 );
 
 class Sink implements PointSink {
-  batch: EncodedPoints | null = null;
+  batch: ReturnType<typeof messagesOf> | null = null;
   admission(): Refusal | null {
     return null;
   }
   tryEnqueue(batch: EncodedPoints): Refusal | null {
-    // Values are views into a scratch buffer reused by the next request: copy them now.
-    this.batch = { ...batch, values: batch.values.map((v) => Buffer.from(v)) };
+    // The batch views scratch space reused by the next request: copy its messages now.
+    this.batch = messagesOf(batch);
     return null;
   }
 }

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Applies patches/node-rdkafka-3.6.1-produce-batch.patch to the installed node-rdkafka and rebuilds its
+# addon: Producer#produceBatch hands librdkafka every message of a request in one native call (README,
+# "One native call per request" says why). npm runs this after `npm ci` (package.json "postinstall").
+#
+# Idempotent: does nothing when the addon already has produceBatch. The rebuild is `node-gyp build`,
+# not `rebuild`: librdkafka, compiled by node-rdkafka's own install, is kept, and only the changed
+# C++ files are compiled again (about 20 s on 2 cores).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+patch_file=$root/patches/node-rdkafka-3.6.1-produce-batch.patch
+module=$root/node_modules/node-rdkafka
+addon=$module/build/Release/node-librdkafka.node
+
+if [[ ! -d $module ]]; then
+  echo "patch-node-rdkafka.sh: node_modules/node-rdkafka is not installed; run npm ci first" >&2
+  exit 1
+fi
+version=$(node -p "require('$module/package.json').version.replace(/^v/, '')")
+if [[ $version != 3.6.1 ]]; then
+  echo "patch-node-rdkafka.sh: the patch is for node-rdkafka 3.6.1, installed is $version: port patches/ to it" >&2
+  exit 1
+fi
+
+if grep -q NodeProduceBatch "$module/src/producer.cc"; then
+  echo "patch-node-rdkafka.sh: node-rdkafka sources already patched"
+else
+  # --forward: refuse (not reverse) a patch that seems applied already; a partial state fails loudly.
+  patch --directory="$module" --strip=1 --forward --quiet <"$patch_file"
+  echo "patch-node-rdkafka.sh: applied $(basename "$patch_file")"
+fi
+
+if [[ -f $addon ]] && grep -q produceBatch "$addon"; then
+  echo "patch-node-rdkafka.sh: the addon has produceBatch"
+  exit 0
+fi
+# npm puts its bundled node-gyp on the PATH of lifecycle scripts; run by hand, use npm's copy.
+gyp=(node-gyp)
+if ! command -v node-gyp >/dev/null; then
+  gyp=(node "$(dirname "$(dirname "$(readlink -f "$(command -v npm)")")")/node_modules/node-gyp/bin/node-gyp.js")
+fi
+echo "patch-node-rdkafka.sh: rebuilding the node-rdkafka addon (librdkafka itself is kept)"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if ! (cd "$module" && "${gyp[@]}" build) >"$log" 2>&1; then
+  tail -n 40 "$log" >&2
+  echo "patch-node-rdkafka.sh: node-gyp build failed (above: the end of its output)" >&2
+  exit 1
+fi
+grep -q produceBatch "$addon" || { echo "patch-node-rdkafka.sh: rebuilt addon lacks produceBatch" >&2; exit 1; }
+echo "patch-node-rdkafka.sh: node-rdkafka addon rebuilt with produceBatch"

@@ -1,0 +1,123 @@
+// The node-rdkafka patch (patches/node-rdkafka-3.6.1-produce-batch.patch) on its own, against the real
+// broker: Producer#produceBatch with the service's producer settings, read back with a consumer.
+import Kafka from 'node-rdkafka';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../../src/config.js';
+import { producerSettings } from '../../src/kafka/settings.js';
+import { encodePoints } from '../../src/track-point/encode.js';
+import type { TrackPoint } from '../../src/track-point/schema.js';
+import { BROKERS, consumeAll } from '../../support/kafka.js';
+import { javaPartition } from '../helpers/murmur2.js';
+import { fileTopic } from '../helpers/topic.js';
+
+const PARTITIONS = 6;
+const topic = fileTopic('produce-batch', PARTITIONS);
+
+interface Report {
+  err: Kafka.LibrdKafkaError | null;
+  report: Kafka.DeliveryReport;
+}
+
+/** A producer with the service's settings, a delivery report for every message (to watch opaques). */
+async function connect(): Promise<{ producer: Kafka.Producer; reports: Report[] }> {
+  const config = loadConfig({ MQ_BROKERS: BROKERS, MQ_TOPIC: topic, ACK_MODE: 'delivered' });
+  const settings = producerSettings(config, 'produce-batch-test');
+  const producer = new Kafka.Producer(settings.global, settings.topic);
+  const reports: Report[] = [];
+  producer.on('delivery-report', (err, report) => reports.push({ err, report }));
+  producer.setPollInterval(10);
+  await new Promise<void>((resolve, reject) => producer.connect({}, (err) => (err ? reject(err) : resolve())));
+  return { producer, reports };
+}
+
+const flush = (producer: Kafka.Producer) =>
+  new Promise<void>((resolve, reject) => producer.flush(10_000, (err) => (err ? reject(err) : resolve())));
+
+async function until(condition: () => boolean, what: string): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+const point = (container_id: string, lat: number): TrackPoint => ({ container_id, lat, lon: 4.4, timestamp: '2024-05-01T12:00:00Z', speed: 1 });
+
+let producer: Kafka.Producer;
+let reports: Report[];
+beforeAll(async () => {
+  ({ producer, reports } = await connect());
+});
+afterAll(async () => {
+  await new Promise<void>((resolve) => producer.disconnect(() => resolve()));
+});
+
+describe('Producer#produceBatch (patched into node-rdkafka)', () => {
+  it('writes every message with its own key and value, a timestamp, on the Java partitioner\'s partition', async () => {
+    const ids = ['MSCU1234567', '集装箱-7', 'a"quoted\\id', 'конт-9', 'x'];
+    const points = Array.from({ length: 50 }, (_, i) => point(ids[i % ids.length]!, i));
+    const batch = encodePoints(points);
+    const ticket = { name: 'request 1' };
+    const timestamp = Date.now() - 60_000;
+    expect(producer.produceBatch(topic, batch.data, batch.valueEnds, batch.keyEnds, timestamp, ticket)).toBe(50);
+    await flush(producer);
+    await until(() => reports.length === 50, '50 delivery reports');
+    // Every message reports with the opaque it was given; none failed.
+    expect(reports.filter((r) => r.err !== null)).toEqual([]);
+    expect(reports.filter((r) => r.report.opaque !== ticket).map((r) => r.report.opaque)).toEqual([]);
+
+    const got = await consumeAll(topic, { expected: 50, partitions: PARTITIONS });
+    expect(got).toHaveLength(50);
+    for (const m of got) expect(m.partition).toBe(javaPartition(m.key, PARTITIONS));
+    expect(new Set(got.map((m) => m.timestamp))).toEqual(new Set([timestamp]));
+    // Per key, the values in the order they were in the batch.
+    const sorted = [...got].sort((a, b) => a.partition - b.partition || a.offset - b.offset);
+    for (const id of ids) {
+      const values = sorted.filter((m) => m.key === id).map((m) => JSON.parse(m.value) as TrackPoint);
+      expect(values).toEqual(points.filter((p) => p.container_id === id));
+    }
+  });
+
+  it('throws on malformed arguments before enqueuing anything', async () => {
+    reports.length = 0;
+    const batch = encodePoints([point('a', 1), point('b', 2)]);
+    const shortKeys = batch.keyEnds.slice(0, 1);
+    expect(() => producer.produceBatch(topic, batch.data, batch.valueEnds, shortKeys, 0)).toThrow(/differ in length/);
+    const beyond = batch.keyEnds.slice();
+    beyond[1] = batch.data.length + 1;
+    expect(() => producer.produceBatch(topic, batch.data, batch.valueEnds, beyond, 0)).toThrow(/beyond data/);
+    const decreasing = batch.valueEnds.slice().reverse();
+    expect(() => producer.produceBatch(topic, batch.data, decreasing, batch.keyEnds, 0)).toThrow(/must not decrease/);
+    expect(() => producer.produceBatch(topic, batch.data, Array.from(batch.valueEnds) as unknown as Uint32Array, batch.keyEnds, 0)).toThrow(TypeError);
+    await flush(producer);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(reports).toEqual([]);
+  });
+
+  it('stops at the first message librdkafka refuses and says how many went before it', async () => {
+    reports.length = 0;
+    // The third value is made larger than message.max.bytes (1,000,000): librdkafka refuses it at once.
+    const points = [point('ok-1', 1), point('ok-2', 2), point('too-big', 3), point('never', 4)];
+    const batch = encodePoints(points);
+    const data = Buffer.concat([batch.data.subarray(0, batch.valueEnds[1]), Buffer.alloc(1_100_000, 0x20), batch.data.subarray(batch.valueEnds[1])]);
+    const shift = (ends: Uint32Array, from: number) => ends.map((e, i) => (i >= from ? e + 1_100_000 : e));
+    const error = (() => {
+      try {
+        producer.produceBatch(topic, data, shift(batch.valueEnds, 2), shift(batch.keyEnds, 0), Date.now(), 'failing request');
+      } catch (err) {
+        return err as Kafka.LibrdKafkaError & { enqueued: number };
+      }
+      throw new Error('produceBatch did not throw');
+    })();
+    expect(error.code).toBe(Kafka.CODES.ERRORS.ERR_MSG_SIZE_TOO_LARGE);
+    expect(error.enqueued).toBe(2);
+    await flush(producer);
+    // The two before it are delivered and report; the refused one and the one after it never do.
+    await until(() => reports.length >= 2, 'two delivery reports');
+    await new Promise((r) => setTimeout(r, 200));
+    expect(reports.map((r) => [r.err, r.report.opaque])).toEqual([[null, 'failing request'], [null, 'failing request']]);
+    const got = await consumeAll(topic, { expected: 52, partitions: PARTITIONS });
+    expect(got.filter((m) => m.key.startsWith('ok-')).map((m) => m.key).sort()).toEqual(['ok-1', 'ok-2']);
+    expect(got.some((m) => m.key === 'never')).toBe(false);
+  });
+});
