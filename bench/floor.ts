@@ -1,12 +1,15 @@
 // `make bench-floor`: what one point costs in each stage of this design, measured alone, so that the
 // suite's CPU per point can be read against a floor. In one process, for the suite's 100-point body:
-//   1. reading the body (UTF-8 check, decode, JSON.parse), validating (zod) and encoding, through
-//      the service's own functions, repeated FLOOR_REQUESTS (20,000) times;
+//   1. reading the body (UTF-8 check, decode, JSON.parse), validating (the fast path derived from the
+//      zod schema, and zod itself for comparison) and encoding, through the service's own functions,
+//      repeated FLOOR_REQUESTS (20,000) times;
 //   2. the node-rdkafka producer alone with the service's settings (producerSettings), failure
-//      reports only as in ACK_MODE=async: FLOOR_MESSAGES (1,000,000) of the encoded values, with the
-//      CPU of the JavaScript thread and of librdkafka's threads apart (/proc/self/task);
-//   3. the same with a delivery report for every message (what a per-message latency histogram in
-//      ACK_MODE=async would cost, and why it has none).
+//      reports only as in ACK_MODE=async: FLOOR_MESSAGES (1,000,000) of the encoded values handed over
+//      as the service does, one produceBatch() call per request (100 messages, and 1 for the floor
+//      of 1-point requests), with the CPU of the JavaScript thread and of librdkafka's threads apart
+//      (/proc/self/task); and, for comparison, one produce() call per message as before produceBatch;
+//   3. 100-message batches with a delivery report for every message (what a per-message latency
+//      histogram in ACK_MODE=async would cost, and why it has none).
 //   4. HTTP alone: uWebSockets.js answering 202 to every 1-point POST without looking at it
 //      (bench/lib/bare-http.ts, its own process), under autocannon for FLOOR_HTTP_SECONDS (5 s), with
 //      the suite's 32 connections: CPU per request of that process (user and kernel time, /proc).
@@ -16,10 +19,11 @@ import { isUtf8 } from 'node:buffer';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import Kafka from 'node-rdkafka';
+import { z } from 'zod';
 import { loadConfig } from '../src/config.js';
 import { producerSettings } from '../src/kafka/settings.js';
-import { encodePoints } from '../src/track-point/encode.js';
-import { validatePoints, type TrackPoint } from '../src/track-point/schema.js';
+import { encodePoints, messagesOf } from '../src/track-point/encode.js';
+import { TrackPointSchema, validatePoints, type TrackPoint } from '../src/track-point/schema.js';
 import { BROKERS, createTopic, deleteTopic, uniqueTopic } from '../support/kafka.js';
 import { freePort } from '../support/ports.js';
 import { cpuSeconds, threadCpuSeconds } from './lib/procfs.js';
@@ -41,28 +45,31 @@ const cpuMicros = (since: NodeJS.CpuUsage) => {
   return d.user + d.system;
 };
 
+/** The CPU per point of fn, run on the floor body REQUESTS times after a JIT warm-up. */
+function perPoint(fn: () => void): number {
+  for (let i = 0; i < REQUESTS / 10; i++) fn();
+  const t = process.cpuUsage();
+  for (let i = 0; i < REQUESTS; i++) fn();
+  return cpuMicros(t) / (REQUESTS * POINTS);
+}
+
+const parse = () => JSON.parse(body.toString('utf8')) as unknown[];
+
 /** Stage by stage, the service's functions on one body; µs of CPU per point. */
 function stages(): Record<string, number> {
   let sink = 0;
-  const run = (fn: () => void) => {
-    for (let i = 0; i < REQUESTS / 10; i++) fn(); // warm-up (JIT)
-    const t = process.cpuUsage();
-    for (let i = 0; i < REQUESTS; i++) fn();
-    return cpuMicros(t) / (REQUESTS * POINTS);
-  };
-  const parse = () => JSON.parse(body.toString('utf8')) as unknown[];
   const parsed = parse();
   const valid = validatePoints(parsed);
   if (!valid.ok) throw new Error('the floor body does not validate');
   const points: TrackPoint[] = valid.points;
   return {
-    'UTF-8 check, decode, JSON.parse': run(() => {
+    'UTF-8 check, decode, JSON.parse': perPoint(() => {
       if (isUtf8(body)) sink += parse().length;
     }),
-    'zod validation (validatePoints)': run(() => {
+    'validation (validatePoints, valid)': perPoint(() => {
       sink += validatePoints(parsed).ok ? 1 : 0;
     }),
-    'encoding (encodePoints)': run(() => {
+    'encoding (encodePoints)': perPoint(() => {
       sink += encodePoints(points).bytes;
     }),
     ...(sink < 0 ? { never: 0 } : {}),
@@ -70,8 +77,10 @@ function stages(): Record<string, number> {
 }
 
 type Reports = 'failures only' | 'every message';
+/** How the messages are handed over: produceBatch() calls of `batch` messages, or produce() per message. */
+type Handover = { batch: number } | 'produce()';
 
-async function produce(topic: string, reports: Reports): Promise<{ js: number; librdkafka: number; total: number; reports: number }> {
+async function produce(topic: string, handover: Handover, reports: Reports): Promise<{ js: number; librdkafka: number; total: number; reports: number }> {
   const config = loadConfig({ ...process.env, MQ_BROKERS: BROKERS, MQ_TOPIC: topic, PRODUCER_QUEUE_MAX_POINTS: String(MESSAGES), PRODUCER_QUEUE_MAX_BYTES: String(1024 * MESSAGES) });
   const settings = producerSettings(config, 'bench-floor');
   const global: Kafka.ProducerGlobalConfig = { ...settings.global, 'statistics.interval.ms': 0 };
@@ -83,16 +92,27 @@ async function produce(topic: string, reports: Reports): Promise<{ js: number; l
   await new Promise<void>((resolve, reject) => producer.connect({}, (err) => (err ? reject(err) : resolve())));
   const valid = validatePoints(JSON.parse(body.toString('utf8')) as unknown[]);
   if (!valid.ok) throw new Error('the floor body does not validate');
-  const encoded = encodePoints(valid.points);
-  // Copies: encodePoints' values are views into a scratch buffer that the next call reuses.
-  const values = encoded.values.map((v) => Buffer.from(v));
-  const keys = encoded.keys;
+  // Requests of `batch` points, encoded as the service does (copies: encodePoints reuses its buffers).
+  const batch = handover === 'produce()' ? 1 : handover.batch;
+  const requests = Array.from({ length: POINTS / batch }, (_, r) => {
+    const e = encodePoints(valid.points.slice(r * batch, (r + 1) * batch));
+    return { data: Buffer.from(e.data), valueEnds: e.valueEnds.slice(), keyEnds: e.keyEnds.slice() };
+  });
+  const { keys, values } = messagesOf(encodePoints(valid.points));
 
   const threads0 = threadCpuSeconds();
   let sent = 0;
   while (sent < MESSAGES) {
     const now = Date.now();
-    for (const end = Math.min(MESSAGES, sent + CHUNK); sent < end; sent++) producer.produce(topic, null, values[sent % POINTS]!, keys[sent % POINTS], now);
+    const end = Math.min(MESSAGES, sent + CHUNK);
+    if (handover === 'produce()') {
+      for (; sent < end; sent++) producer.produce(topic, null, values[sent % POINTS]!, keys[sent % POINTS], now);
+    } else {
+      for (let r = 0; sent < end; sent += batch, r = (r + 1) % requests.length) {
+        const req = requests[r]!;
+        producer.produceBatch(topic, req.data, req.valueEnds, req.keyEnds, now);
+      }
+    }
     await new Promise((r) => setTimeout(r, 20));
   }
   await new Promise<void>((resolve, reject) => producer.flush(60_000, (err) => (err ? reject(err) : resolve())));
@@ -132,21 +152,32 @@ console.log(`node ${process.version}, librdkafka ${Kafka.librdkafkaVersion}, ${P
 console.log(`\nstages, ${REQUESTS} bodies (µs of CPU per point):`);
 const s = stages();
 for (const [name, us] of Object.entries(s)) console.log(`  ${name.padEnd(34)} ${f(us)}`);
+// What validation cost before the fast path, and still costs a request with an invalid point.
+const allPoints = z.array(TrackPointSchema);
+const parsed = parse();
+console.log(`  (zod itself on the same body, the path of a request with an invalid point: ${f(perPoint(() => void allPoints.safeParse(parsed)))})`);
 const topic = await createTopic(uniqueTopic('floor'));
 try {
   console.log(`\nnode-rdkafka producer, ${MESSAGES} messages, the service's settings (µs of CPU per message):`);
-  const producerFloor: number[] = [];
-  for (const reports of ['failures only', 'every message', 'failures only', 'every message'] as const) {
-    const r = await produce(topic, reports);
-    if (reports === 'failures only') producerFloor.push(r.total);
-    console.log(`  reports for ${reports.padEnd(13)}: JavaScript thread ${f(r.js)} + librdkafka threads ${f(r.librdkafka)} = ${f(r.total)}  (${r.reports} reports)`);
+  const runs: { label: string; handover: Handover; reports: Reports }[] = [
+    { label: `produceBatch(), ${POINTS} a call, reports for failures only`, handover: { batch: POINTS }, reports: 'failures only' },
+    { label: `produceBatch(), ${POINTS} a call, reports for every message`, handover: { batch: POINTS }, reports: 'every message' },
+    { label: 'produceBatch(), 1 a call, reports for failures only', handover: { batch: 1 }, reports: 'failures only' },
+    { label: 'produce() per message (before produceBatch), failures only', handover: 'produce()', reports: 'failures only' },
+  ];
+  const best = new Map<string, number>();
+  for (const run of [...runs, ...runs]) {
+    const r = await produce(topic, run.handover, run.reports);
+    best.set(run.label, Math.min(best.get(run.label) ?? Infinity, r.total));
+    console.log(`  ${run.label.padEnd(60)}: JavaScript thread ${f(r.js)} + librdkafka threads ${f(r.librdkafka)} = ${f(r.total)}  (${r.reports} reports)`);
   }
+  const low = best.get(runs[0]!.label)!;
+  const lowSingle = best.get(runs[2]!.label)!;
   const stagesTotal = Object.values(s).reduce((a, b) => a + b, 0);
-  const low = Math.min(...producerFloor);
   const http = await httpFloor();
   console.log(`\nHTTP alone (uWebSockets.js answering 202, 1-point bodies, 32 connections, ${HTTP_SECONDS} s): ${f(http.perRequest)} µs of CPU per request at ${Math.round(http.requestsPerSecond)} requests/s`);
   console.log(`\nfloor per point at ${POINTS} points per request: stages ${f(stagesTotal)} + producer ${f(low)} + HTTP ${f(http.perRequest / POINTS)} = ${f(stagesTotal + low + http.perRequest / POINTS)} µs of CPU`);
-  console.log(`floor per request at 1 point per request: HTTP ${f(http.perRequest)} + producer ${f(low)} = ${f(http.perRequest + low)} µs of CPU (stages not included)`);
+  console.log(`floor per request at 1 point per request: HTTP ${f(http.perRequest)} + producer ${f(lowSingle)} = ${f(http.perRequest + lowSingle)} µs of CPU (stages not included)`);
 } finally {
   await deleteTopic(topic);
 }

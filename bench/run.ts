@@ -11,6 +11,7 @@ import { producerSettings } from '../src/kafka/settings.js';
 import { BROKERS, createTopic, deleteTopic } from '../support/kafka.js';
 import { startGateway, type Gateway } from '../support/gateway.js';
 import { freePort } from '../support/ports.js';
+import { waitForDelivery } from './lib/delivery.js';
 import { cpuModel, cpuSeconds, peakRssBytes, processTree } from './lib/procfs.js';
 import { pacedLoad } from './lib/paced-load.js';
 import { markdown, svgChart, type ScenarioResult } from './lib/report.js';
@@ -92,33 +93,6 @@ async function load(url: string, payload: string, shape: Shape, seconds: number,
 function gaugeValue(text: string, series: string): number | null {
   const line = text.split('\n').find((l) => l.startsWith(series + ' '));
   return line === undefined ? null : Number(line.slice(series.length + 1));
-}
-
-/** Messages in the topic (sum of the high watermarks of its 6 partitions; the topic is new). */
-async function topicSize(topic: string): Promise<number> {
-  const client = new Kafka.Producer({ 'metadata.broker.list': BROKERS });
-  await new Promise<void>((res, rej) => client.connect({ timeout: 15_000 }, (e) => (e ? rej(e) : res())));
-  let total = 0;
-  for (let p = 0; p < 6; p++) {
-    total += await new Promise<number>((res, rej) =>
-      client.queryWatermarkOffsets(topic, p, 5_000, (e, o) => (e ? rej(e) : res(o.highOffset))),
-    );
-  }
-  await new Promise<void>((res) => client.disconnect(() => res()));
-  return total;
-}
-
-/** Waits until the topic holds `expected` messages or stops growing for 5 s (delivery still in progress). */
-async function waitForDelivery(topic: string, expected: number): Promise<void> {
-  let last = -1;
-  let stableSince = Date.now();
-  while (Date.now() - stableSince < 5_000) {
-    const n = await topicSize(topic);
-    if (n >= expected) return;
-    if (n !== last) stableSince = Date.now();
-    last = n;
-    await new Promise((r) => setTimeout(r, 500));
-  }
 }
 
 /** Reads the whole topic and counts the messages whose key carries this run's id. */

@@ -16,8 +16,9 @@ export interface Target {
   stop(): Promise<number | null>;
 }
 
-export async function startTarget(impl: Impl, port: number, env: Record<string, string>): Promise<Target> {
-  const proc = spawn(process.execPath, [ENTRY[impl]], {
+/** entry: another build of the same implementation (e.g. an older commit's dist/src/main.js), to compare. */
+export async function startTarget(impl: Impl, port: number, env: Record<string, string>, entry = ENTRY[impl]): Promise<Target> {
+  const proc = spawn(process.execPath, [entry], {
     env: { ...process.env, LISTEN_ADDR: `127.0.0.1:${port}`, LOG_LEVEL: 'warn', ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
