@@ -133,15 +133,22 @@ export async function postTrack(url: string, body: unknown, headers: Record<stri
  * POST /track on a fresh connection (no keep-alive): the kernel picks a worker anew, and no pooled
  * connection can point at a worker that a test has just killed.
  */
-export function postFresh(url: string, body: unknown): Promise<number> {
+export function postFresh(url: string, body: unknown): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const req = request(`${url}/track`, { method: 'POST', agent: false, headers: { 'content-type': 'application/json' } }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode!));
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode!, body: Buffer.concat(chunks).toString() }));
     });
     req.on('error', reject);
     req.end(JSON.stringify(body));
   });
+}
+
+/** A status and its body: a failed expectation on answers then shows why they were refused. */
+export interface Answer {
+  status: number;
+  body: string;
 }
 
 /** The value of one series in Prometheus text (the first line that names exactly it). */

@@ -63,7 +63,7 @@ describe('WORKERS=2', () => {
       }
     });
     // The survivor answers at once; the replacement appears shortly after.
-    expect(await postFresh(svc.url, [point('during-restart')])).toBe(202);
+    expect((await postFresh(svc.url, [point('during-restart')])).status).toBe(202);
     const after = await waitFor('a replacement worker', async () => {
       const pids = await pidsSeen(svc.url, 20);
       return pids.size === 2 && !pids.has(victim!) ? pids : undefined;
@@ -79,6 +79,6 @@ describe('WORKERS=2', () => {
       for (let i = 0; i < 10; i++) if ((await fetch(`${svc.url}/readyz`)).status !== 200) return undefined;
       return true;
     });
-    expect(await postFresh(svc.url, [point('after-restart')])).toBe(202);
+    expect((await postFresh(svc.url, [point('after-restart')])).status).toBe(202);
   });
 });

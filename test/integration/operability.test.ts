@@ -29,7 +29,7 @@ describe('GET /metrics with WORKERS=2', () => {
 
   it('counts the requests of every worker in one scrape', async () => {
     const requests = 40;
-    for (let i = 0; i < requests; i++) expect(await postFresh(svc.url, [point(`m${i}`), point(`m${i}`)])).toBe(202);
+    for (let i = 0; i < requests; i++) expect((await postFresh(svc.url, [point(`m${i}`), point(`m${i}`)])).status).toBe(202);
     await until('deliveries counted', async () => {
       const text = await (await fetch(`${svc.url}/metrics`)).text();
       return metricValue(text, 'ingest_messages_delivered_total') === requests * 2;
