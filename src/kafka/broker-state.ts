@@ -88,7 +88,11 @@ export class BrokerState {
     this.brokersUp = up;
     if (up > 0) this.downSince = null;
     else this.downSince ??= now;
-    if (leaders !== null) this.topicReady = leaders.length > 0;
+    // Leaders in the statistics show the topic ready as soon as librdkafka knows them. Their absence
+    // does not show it missing: librdkafka forgets a partition's leader while it asks for new metadata
+    // (seen after a thawed broker: one worker refused points and went unready for a second, until the
+    // next metadata answer). Whether the topic exists is for the metadata answers to say.
+    if (leaders !== null && leaders.length > 0) this.topicReady = true;
     this.silence.observe(brokers, now);
     const stalled = this.silence.stalled(now, this.opts.graceMs, leaders);
     const before = this.stalledBy;

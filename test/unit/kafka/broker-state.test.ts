@@ -47,15 +47,23 @@ describe('BrokerState', () => {
     m.state.onConnected(false);
     expect(m.view()).toEqual({ refusal: 'topic_unknown', unready: 'topic t unknown or without leaders', available: false });
     expect(m.state.topicKnown).toBe(false);
-    m.state.onTopicMetadata(true);
-    expect(m.view().refusal).toBeNull();
-    m.stats(100, () => [up(1)], false);
-    expect(m.view().refusal).toBe('topic_unknown');
-    // Statistics that do not list the topic's partitions say nothing about leaders.
-    m.stats(100, () => [up(2)], null);
+    // Statistics that do not list the topic's partitions, or list them without leaders, say nothing.
+    m.stats(100, () => [up(1)], null);
+    m.stats(100, () => [up(2)], false);
     expect(m.view().refusal).toBe('topic_unknown');
     m.stats(100, () => [up(3)], true);
+    expect(m.view()).toEqual({ refusal: null, unready: null, available: true });
+    m.state.onTopicMetadata(false);
+    expect(m.view().refusal).toBe('topic_unknown');
+    m.state.onTopicMetadata(true);
     expect(m.view().refusal).toBeNull();
+  });
+
+  it('keeps taking points while librdkafka forgets the leaders it is refreshing: only a metadata answer says the topic is gone', () => {
+    const m = machine();
+    m.state.onConnected(true);
+    m.stats(2_000, (t) => [up(10 + t)], false);
+    expect(m.view()).toEqual({ refusal: null, unready: null, available: true });
   });
 
   it('with no broker reachable: unready at once, refusing only after the grace period, accepting again when one is up', () => {
