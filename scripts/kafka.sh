@@ -14,6 +14,7 @@
 #   scripts/kafka.sh kill-node N | stop-node N | start-node N  cluster fault injection (kill -9 / stop / restart)
 #   scripts/kafka.sh freeze-node N | thaw-node N   SIGSTOP / SIGCONT a broker (N = 1-3, or single): it keeps
 #                                     its connections open and answers nothing, like a frozen VM
+#   scripts/kafka.sh controller [--cluster]                   the node id of the active KRaft controller
 #   scripts/kafka.sh fetch                                    only download the jars
 #
 # Everything is idempotent: a second `start` finds the broker running and says so.
@@ -322,6 +323,11 @@ case $cmd in
     fetch; write_log4j
     tool kafka.admin.ConfigCommand --bootstrap-server "$(bootstrap)" --entity-type topics \
       --entity-name "${args[0]:?topic name}" --alter --add-config "${args[1]:?KEY=VALUE}" ;;
+  controller)
+    # The node id of the active KRaft controller (the quorum's leader), as the cluster reports it.
+    fetch; write_log4j
+    tool org.apache.kafka.tools.MetadataQuorumCommand --bootstrap-server "$(bootstrap)" describe --status \
+      | awk '/^LeaderId:/ {print $2}' ;;
   kill-node) stop_node "node${args[0]:?node number 1-3}" KILL ;;
   freeze-node|thaw-node)
     n=${args[0]:?node number 1-3 or single}; name=$([[ $n == single ]] && echo single || echo "node$n")
