@@ -15,6 +15,10 @@
 // answers), and CPU per point at the limit is not CPU per point below it; at one fixed rate both builds
 // do the same work.
 //
+// CPU_BODIES=distinct (paced only) sends 500 bodies in turn whose points carry random 6-decimal
+// coordinates, as real traffic does, instead of one body again and again: V8 keeps a small cache of
+// recently converted numbers, and a repeated body turns every coordinate into a cache hit.
+//
 // CPU_COMPARE=path/to/other/dist/src/main.js runs another build (an earlier commit's) side by side,
 // alternating with this one in each round, against the same broker: the ratio holds for one run
 // on one machine even where the absolute figures move with what else the machine does.
@@ -39,22 +43,37 @@ const BROKER_WARMUP_SECONDS = Number(env.CPU_BROKER_WARMUP_SECONDS ?? 30);
 const SHAPES = (env.CPU_BATCHES ?? '100,10,1').split(',').map(Number);
 const RATES = env.CPU_RATE === undefined ? null : env.CPU_RATE.split(',').map(Number);
 if (RATES !== null && RATES.length !== SHAPES.length) throw new Error(`CPU_RATE needs one rate per shape of CPU_BATCHES (${SHAPES.join(',')})`);
+const DISTINCT = env.CPU_BODIES === 'distinct';
+if (env.CPU_BODIES !== undefined && !DISTINCT) throw new Error(`CPU_BODIES: only "distinct" is known, not ${env.CPU_BODIES}`);
+if (DISTINCT && RATES === null) throw new Error('CPU_BODIES=distinct needs CPU_RATE (wrk sends one body)');
 const rateOf = (points: number) => (RATES === null ? null : RATES[SHAPES.indexOf(points)] ?? null);
 const builds: { name: string; entry?: string }[] = [{ name: 'this tree' }, ...(env.CPU_COMPARE ? [{ name: 'compared', entry: env.CPU_COMPARE }] : [])];
 const run = promisify(execFile);
 const dir = mkdtempSync(join(tmpdir(), 'bench-cpu-'));
 
-function body(points: number, id: string): string {
+function body(points: number, id: string, distinct = false): string {
+  const coordinate = (range: number) => Math.round((Math.random() * 2 - 1) * range * 1e6) / 1e6;
   return JSON.stringify(
-    Array.from({ length: points }, (_, i) => ({ container_id: `${id}-c${i % 64}`, lat: 51.9 + i / 1e4, lon: 4.4 - i / 1e4, timestamp: '2024-05-01T12:00:00.123Z', speed: i % 30 })),
+    Array.from({ length: points }, (_, i) => ({
+      container_id: `${id}-c${i % 64}`,
+      lat: distinct ? coordinate(90) : 51.9 + i / 1e4,
+      lon: distinct ? coordinate(180) : 4.4 - i / 1e4,
+      timestamp: '2024-05-01T12:00:00.123Z',
+      speed: i % 30,
+    })),
   );
 }
 
-/** Closed-loop wrk, or CPU_RATE points per second paced, against url with a POST of `payload`. */
-async function load(url: string, payload: string, points: number, seconds: number): Promise<{ requests: number; non2xx: number; p99Ms: number }> {
+/** The bodies of one shape: one, or with CPU_BODIES=distinct 500 of distinct coordinates. */
+function bodies(points: number, id: string): string[] {
+  return DISTINCT ? Array.from({ length: 500 }, () => body(points, id, true)) : [body(points, id)];
+}
+
+/** Closed-loop wrk, or CPU_RATE points per second paced, against url with POSTs of `payloads` in turn. */
+async function load(url: string, payloads: string[], points: number, seconds: number): Promise<{ requests: number; non2xx: number; p99Ms: number }> {
   const rate = rateOf(points);
-  if (rate === null) return wrk(url, payload, seconds);
-  const r = await pacedLoad({ url, path: '/track', body: payload, connections: CONNECTIONS, rate: rate / points, seconds });
+  if (rate === null) return wrk(url, payloads[0]!, seconds);
+  const r = await pacedLoad({ url, path: '/track', body: payloads[0]!, bodies: payloads, connections: CONNECTIONS, rate: rate / points, seconds });
   return { requests: r.requests, non2xx: r.non2xx + r.errors, p99Ms: r.latencyMs.p99 };
 }
 
@@ -90,7 +109,7 @@ async function measure(build: { name: string; entry?: string }, points: number, 
   const topic = await createTopic(`bench.${id}.${points}`);
   const target = await startTarget('ours', await freePort(), { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS: '1' }, build.entry);
   try {
-    const payload = body(points, id);
+    const payload = bodies(points, id);
     const warmup = await load(target.url, payload, points, WARMUP_SECONDS);
     await waitForDelivery(topic, (warmup.requests - warmup.non2xx) * points);
     const warm = await topicSize(topic);
@@ -119,7 +138,7 @@ async function measure(build: { name: string; entry?: string }, points: number, 
 
 const f = (n: number, d = 2) => n.toFixed(d);
 const rows: Row[] = [];
-console.log(`${RATES === null ? `wrk -t1 -c${CONNECTIONS}` : `${RATES.join(' / ')} points/s paced over ${CONNECTIONS} connections`}, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up (the broker's ${BROKER_WARMUP_SECONDS} s before), WORKERS=1, ${ROUNDS} rounds; builds: ${builds.map((b) => b.entry ?? b.name).join(' vs ')}`);
+console.log(`${RATES === null ? `wrk -t1 -c${CONNECTIONS}` : `${RATES.join(' / ')} points/s paced over ${CONNECTIONS} connections${DISTINCT ? ', 500 bodies of distinct coordinates' : ''}`}, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up (the broker's ${BROKER_WARMUP_SECONDS} s before), WORKERS=1, ${ROUNDS} rounds; builds: ${builds.map((b) => b.entry ?? b.name).join(' vs ')}`);
 console.log('| build | points per request | round | µs CPU per point | µs CPU per request | points/s | p99 ms | non-2xx | delivered / accepted |');
 console.log('|---|---|---|---|---|---|---|---|---|');
 try {

@@ -20,6 +20,8 @@ export interface PacedOptions {
   url: string;
   path: string;
   body: string;
+  /** Bodies sent in turn instead of `body` alone (traffic whose values differ from request to request). */
+  bodies?: readonly string[];
   connections: number;
   /** Requests per second, spread evenly. */
   rate: number;
@@ -78,11 +80,13 @@ function responseEnd(text: string): number {
 
 async function generate(opts: PacedOptions): Promise<PacedResult> {
   const { hostname, port } = new URL(opts.url);
-  const body = Buffer.from(opts.body);
-  const request = Buffer.concat([
-    Buffer.from(`POST ${opts.path} HTTP/1.1\r\nHost: ${hostname}:${port}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`),
-    body,
-  ]);
+  const requests = (opts.bodies ?? [opts.body]).map((text) => {
+    const body = Buffer.from(text);
+    return Buffer.concat([
+      Buffer.from(`POST ${opts.path} HTTP/1.1\r\nHost: ${hostname}:${port}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`),
+      body,
+    ]);
+  });
   const histogram = createHistogram({ lowest: 1, highest: HIGHEST_US, figures: 3 }); // µs
   const result = { requests: 0, ok2xx: 0, non2xx: 0, errors: 0, queued: 0 };
   const all = new Set<Conn>();
@@ -95,8 +99,8 @@ async function generate(opts: PacedOptions): Promise<PacedResult> {
     conn.busy = true;
     conn.origin = origin;
     inFlight++;
+    conn.socket.write(requests[result.requests % requests.length]!);
     result.requests++;
-    conn.socket.write(request);
   };
   const release = (conn: Conn) => {
     conn.busy = false;

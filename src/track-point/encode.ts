@@ -39,18 +39,34 @@ export function encodeValue(p: TrackPoint): string {
 }
 
 /**
- * Scratch space for one request, reused by every request of this worker: one UTF-8 write per
- * request instead of new buffers (allocation and GC were 7 % of a saturated worker's profile at 100
- * points per request). Safe because produceBatch copies every message into librdkafka before it
- * returns (RD_KAFKA_MSG_F_COPY), so the views are dead once the request is enqueued.
+ * Scratch space for one request, reused by every request of this worker (allocation and GC were 7 %
+ * of a saturated worker's profile at 100 points per request). Safe because produceBatch copies every
+ * message into librdkafka before it returns (RD_KAFKA_MSG_F_COPY), so the views are dead once the
+ * request is enqueued.
  */
-let scratch = Buffer.allocUnsafe(256 * 1024);
+let out = Buffer.allocUnsafe(256 * 1024);
 let valueEndsScratch = new Uint32Array(1024);
 let keyEndsScratch = new Uint32Array(1024);
 
+const bytesOf = (text: string) => Uint8Array.from(text, (ch) => ch.charCodeAt(0));
+const OPEN = bytesOf('{"container_id":');
+const LAT = bytesOf(',"lat":');
+const LON = bytesOf(',"lon":');
+const TIMESTAMP = bytesOf(',"timestamp":"');
+const SPEED = bytesOf('","speed":');
+/** Room for the constant parts of a value (57 bytes with the id's quotes) and three numbers as Number::toString writes them (≤ 25 bytes each). */
+const VALUE_OVERHEAD = 192;
+
 /**
- * Encodes the points of one request. The result views buffers that the next call overwrites: hand
- * it to the producer before encoding another request.
+ * Encodes the points of one request: encodeValue's bytes, written straight into the scratch buffer.
+ * The result views buffers that the next call overwrites: hand it to the producer before encoding
+ * another request.
+ *
+ * Why bytes and not one string written at the end: turning a double into text costs V8 260–300 ns
+ * when it is not in its small cache of recent numbers, which is every coordinate of real traffic (a
+ * benchmark that repeats one body hits the cache every time). writeNumber writes the usual GPS value,
+ * up to seven decimals, digit by digit instead (measured on bodies of distinct 6-decimal
+ * coordinates: README, "Where the CPU goes").
  */
 export function encodePoints(points: readonly TrackPoint[]): EncodedPoints {
   const count = points.length;
@@ -60,59 +76,137 @@ export function encodePoints(points: readonly TrackPoint[]): EncodedPoints {
   }
   const valueEnds = valueEndsScratch.subarray(0, count);
   const keyEnds = keyEndsScratch.subarray(0, count);
-  let values = '';
-  let keys = '';
-  // Character offsets first; byte offsets below.
-  for (let i = 0; i < count; i++) {
-    const p = points[i] as TrackPoint;
-    values += encodeValue(p);
-    valueEnds[i] = values.length;
-    keys += p.container_id;
-    keyEnds[i] = keys.length;
-  }
-  const most = (values.length + keys.length) * 3;
-  if (scratch.length < most) scratch = Buffer.allocUnsafe(Math.max(most, scratch.length * 2));
-  const valueBytes = scratch.write(values, 0);
-  // Non-ASCII text (rare: container ids are free text) makes byte offsets differ from characters.
-  // Values are JSON (lone surrogates escaped) and start and end with braces: their slices encode alone
-  // as they do together. Keys are raw: two keys may join into one surrogate pair, so write each alone.
-  if (valueBytes !== values.length) toByteOffsets(values, valueEnds);
-  let keyBytes = scratch.write(keys, valueBytes);
-  const keysAscii = keyBytes === keys.length;
-  if (!keysAscii) keyBytes = writeKeysOneByOne(points, keyEnds, valueBytes) - valueBytes;
-  // Indexed, not for-of: iterating a Uint32Array cost 5 % more of this function (measured). `?? 0`
-  // never applies (i < count = the arrays' length); it stands for the assertion the type wants.
+  let p = 0;
   let largestValue = 0;
-  let start = 0;
   for (let i = 0; i < count; i++) {
-    const end = valueEnds[i] ?? 0;
-    if (end - start > largestValue) largestValue = end - start;
-    start = end;
-    if (keysAscii) keyEnds[i] = (keyEnds[i] ?? 0) + valueBytes;
+    const point = points[i] as TrackPoint;
+    const id = point.container_id;
+    const timestamp = point.timestamp;
+    // JSON escapes take at most 6 bytes per UTF-16 unit of the id; the timestamp is ASCII.
+    reserve(p, VALUE_OVERHEAD + 6 * id.length + timestamp.length);
+    const start = p;
+    p = writeBytes(OPEN, p);
+    p = writeJsonString(id, p);
+    p = writeBytes(LAT, p);
+    p = writeNumber(point.lat, p);
+    p = writeBytes(LON, p);
+    p = writeNumber(point.lon, p);
+    p = writeBytes(TIMESTAMP, p);
+    p = writeAscii(timestamp, p);
+    p = writeBytes(SPEED, p);
+    p = writeNumber(point.speed, p);
+    out[p++] = 125; /* } */
+    valueEnds[i] = p;
+    if (p - start > largestValue) largestValue = p - start;
   }
-  return { count, data: scratch.subarray(0, valueBytes + keyBytes), valueEnds, keyEnds, bytes: valueBytes + keyBytes, largestValue };
+  const valueBytes = p;
+  for (let i = 0; i < count; i++) {
+    const id = (points[i] as TrackPoint).container_id;
+    reserve(p, 3 * id.length);
+    p = writeKey(id, p);
+    keyEnds[i] = p;
+  }
+  return { count, data: out.subarray(0, p), valueEnds, keyEnds, bytes: p, largestValue: valueBytes === 0 ? 0 : largestValue };
 }
 
-/** Rewrites character offsets into `text` as UTF-8 byte offsets. */
-function toByteOffsets(text: string, ends: Uint32Array): void {
-  let chars = 0;
-  let bytes = 0;
-  for (let i = 0; i < ends.length; i++) {
-    const end = ends[i] ?? 0;
-    bytes += Buffer.byteLength(text.slice(chars, end));
-    chars = end;
-    ends[i] = bytes;
-  }
+/** Grows the scratch buffer, keeping its first `used` bytes, until `more` bytes fit after them. */
+function reserve(used: number, more: number): void {
+  if (used + more <= out.length) return;
+  const bigger = Buffer.allocUnsafe(Math.max(used + more, out.length * 2));
+  out.copy(bigger, 0, 0, used);
+  out = bigger;
 }
 
-/** Writes each container id from `at` on, converted alone as node-rdkafka's produce() converted a key; returns the end. */
-function writeKeysOneByOne(points: readonly TrackPoint[], ends: Uint32Array, at: number): number {
-  let pos = at;
-  for (let i = 0; i < ends.length; i++) {
-    pos += scratch.write((points[i] as TrackPoint).container_id, pos);
-    ends[i] = pos;
+function writeBytes(bytes: Uint8Array, p: number): number {
+  const o = out;
+  const n = bytes.length;
+  for (let k = 0; k < n; k++) o[p + k] = bytes[k] as number;
+  return p + n;
+}
+
+/** Text known to be ASCII (an RFC 3339 timestamp, Number::toString's output). */
+function writeAscii(text: string, p: number): number {
+  const o = out;
+  const n = text.length;
+  for (let k = 0; k < n; k++) o[p + k] = text.charCodeAt(k);
+  return p + n;
+}
+
+/**
+ * The id as JSON.stringify writes it: printable ASCII without quote or backslash (nearly every id)
+ * byte by byte, anything else through JSON.stringify (escapes, lone surrogates) and UTF-8.
+ */
+function writeJsonString(id: string, p: number): number {
+  const start = p;
+  out[p++] = 34; /* " */
+  for (let k = 0; k < id.length; k++) {
+    const c = id.charCodeAt(k);
+    if (c < 32 || c > 126 || c === 34 || c === 92) return start + out.write(JSON.stringify(id), start);
+    out[p++] = c;
   }
-  return pos;
+  out[p++] = 34;
+  return p;
+}
+
+/**
+ * The key: the id in UTF-8, ASCII byte by byte, otherwise converted alone as node-rdkafka's
+ * produce() converted a key (two ids written together could join into one surrogate pair).
+ */
+function writeKey(id: string, p: number): number {
+  for (let k = 0; k < id.length; k++) {
+    const c = id.charCodeAt(k);
+    if (c > 127) return p + out.write(id, p);
+    out[p + k] = c;
+  }
+  return p + id.length;
+}
+
+/** Decimal digits of the integer being written, least significant first. */
+const digits = new Uint8Array(16);
+
+/**
+ * A finite number as Number::toString (and so JSON.stringify) writes it.
+ *
+ * When x is the double nearest to a decimal d of at most 7 decimals and 15 significant digits (r / 1e7
+ * === x for the integer r = d × 10^7 says exactly that: r and 10^7 are exact doubles and the division
+ * rounds correctly), d with its trailing zeros dropped is the shortest text that reads back as x,
+ * because two decimals of at most 15 significant digits never round to the same double: that text
+ * is Number::toString's for 1e-6 ≤ |x| < 1e21, and "0" for ±0. Any other number: Number::toString.
+ */
+function writeNumber(x: number, p: number): number {
+  const r = Math.round(x * 1e7);
+  const a = r < 0 ? -r : r;
+  if (r / 1e7 !== x || (a !== 0 && (a < 10 || a >= 1e15))) return writeAscii('' + x, p);
+  if (a === 0) {
+    out[p] = 48; /* 0, also for -0 */
+    return p + 1;
+  }
+  if (r < 0) out[p++] = 45; /* - */
+  let n = 0;
+  if (a < 0x80000000) {
+    // Integer arithmetic (a double's % is a call to fmod: measured three times slower here).
+    for (let q = a | 0; q > 0; n++) {
+      const next = (q / 10) | 0;
+      digits[n] = 48 + q - next * 10;
+      q = next;
+    }
+  } else {
+    for (let q = a; q > 0; n++) {
+      const d = q % 10;
+      digits[n] = 48 + d;
+      q = (q - d) / 10;
+    }
+  }
+  // The last seven digits are the decimals; above them the integer part, or 0.
+  if (n > 7) for (let k = n - 1; k >= 7; k--) out[p++] = digits[k] as number;
+  else out[p++] = 48;
+  let lowest = 0; // the lowest decimal that is not a trailing zero
+  while (lowest < 7 && (lowest >= n || digits[lowest] === 48)) lowest++;
+  if (lowest < 7) {
+    out[p++] = 46; /* . */
+    for (let k = 6; k >= lowest; k--) out[p++] = k < n ? (digits[k] as number) : 48;
+  }
+  return p;
 }
 
 /** The messages of an encoded request as keys and values (copies): what Kafka receives, for checks. */

@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { encodePoints, encodeValue, messagesOf } from '../../../src/track-point/encode.js';
 import type { TrackPoint } from '../../../src/track-point/schema.js';
@@ -40,6 +41,27 @@ describe('encodePoints', () => {
     const batch = encodePoints(points);
     expect(messagesOf(batch).values.map((v) => v.toString('utf8'))).toEqual(points.map(reference));
     expect(batch.largestValue).toBe(Math.max(...points.map((p) => Buffer.byteLength(reference(p)))));
+  });
+});
+
+describe('encodePoints: numbers, written digit by digit', () => {
+  /** A GPS-like value: an integer number of units of 10^-decimals. */
+  const decimal = (decimals: number) => fc.integer({ min: -(10 ** 15), max: 10 ** 15 }).map((n) => n / 10 ** decimals);
+  const anyNumber = fc.oneof(
+    fc.double({ noNaN: true, noDefaultInfinity: true }),
+    ...[0, 1, 2, 5, 6, 7, 8, 9].map(decimal),
+    fc.constantFrom(0, -0, 1e-6, -1e-6, 1e-7, 9e-7, 1.5e-6, 1e15, 1e15 - 1, 999999999.9999999, 99999999.9999999, 1e21, 1e-300, 5e-324, Number.MAX_VALUE, 90, -180),
+  );
+
+  it('match JSON.stringify for any finite number in any field, up to and beyond seven decimals', () => {
+    fc.assert(
+      fc.property(fc.array(fc.tuple(anyNumber, anyNumber, anyNumber), { minLength: 1, maxLength: 20 }), (triples) => {
+        const points = triples.map(([lat, lon, speed]) => point({ lat, lon, speed }));
+        const { values } = messagesOf(encodePoints(points));
+        expect(values.map(String)).toEqual(points.map(reference));
+      }),
+      { numRuns: 20_000 },
+    );
   });
 });
 
