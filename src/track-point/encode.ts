@@ -1,7 +1,13 @@
 // The Kafka message of one accepted point (README, "The Kafka messages"):
 //   key   = container_id (UTF-8)
 //   value = {"container_id":…,"lat":…,"lon":…,"timestamp":…,"speed":…}
-// written by a fixed-shape serializer rather than a generic JSON.stringify of each point.
+// the bytes JSON.stringify would write for the point with its keys in this order, written by a
+// fixed-shape serializer straight into one buffer (the tests hold the two to the same bytes).
+//
+// Numbers are written as Number::toString writes them, the same text JSON.stringify writes for any
+// finite number ("0" for -0). The timestamp passed the RFC 3339 grammar, so it holds only digits, the
+// letters T/t and Z/z, ':', '.', '+', '-': nothing to escape. The container id is free text: escaped
+// as JSON.stringify escapes quotes, controls and lone surrogates.
 import type { TrackPoint } from './schema.js';
 
 /**
@@ -19,23 +25,6 @@ export interface EncodedPoints {
   readonly bytes: number;
   /** The largest single value, checked against the broker's message size limit. */
   readonly largestValue: number;
-}
-
-/**
- * One value as a string. Numbers: `'' + n` is Number::toString, the same text JSON.stringify
- * writes for any finite number (and "0" for -0). `timestamp` passed the RFC 3339 grammar, so it
- * holds only digits, the letters T/t and Z/z, ':', '.', '+', '-': nothing to escape. `container_id` is free
- * text and goes through JSON.stringify, which escapes quotes, controls and lone surrogates.
- */
-export function encodeValue(p: TrackPoint): string {
-  return (
-    '{"container_id":' + JSON.stringify(p.container_id) +
-    ',"lat":' + p.lat +
-    ',"lon":' + p.lon +
-    ',"timestamp":"' + p.timestamp +
-    '","speed":' + p.speed +
-    '}'
-  );
 }
 
 /**
@@ -58,7 +47,7 @@ const SPEED = bytesOf('","speed":');
 const VALUE_OVERHEAD = 192;
 
 /**
- * Encodes the points of one request: encodeValue's bytes, written straight into the scratch buffer.
+ * Encodes the points of one request into the scratch buffer.
  * The result views buffers that the next call overwrites: hand it to the producer before encoding
  * another request.
  *
@@ -66,7 +55,7 @@ const VALUE_OVERHEAD = 192;
  * when it is not in its small cache of recent numbers, which is every coordinate of real traffic (a
  * benchmark that repeats one body hits the cache every time). writeNumber writes the usual GPS value,
  * up to seven decimals, digit by digit instead (measured on bodies of distinct 6-decimal
- * coordinates: README, "Where the CPU goes").
+ * coordinates: README, "Numbers, and what a repeated body hides").
  */
 export function encodePoints(points: readonly TrackPoint[]): EncodedPoints {
   const count = points.length;
@@ -99,14 +88,13 @@ export function encodePoints(points: readonly TrackPoint[]): EncodedPoints {
     valueEnds[i] = p;
     if (p - start > largestValue) largestValue = p - start;
   }
-  const valueBytes = p;
   for (let i = 0; i < count; i++) {
     const id = (points[i] as TrackPoint).container_id;
     reserve(p, 3 * id.length);
     p = writeKey(id, p);
     keyEnds[i] = p;
   }
-  return { count, data: out.subarray(0, p), valueEnds, keyEnds, bytes: p, largestValue: valueBytes === 0 ? 0 : largestValue };
+  return { count, data: out.subarray(0, p), valueEnds, keyEnds, bytes: p, largestValue };
 }
 
 /** Grows the scratch buffer, keeping its first `used` bytes, until `more` bytes fit after them. */
