@@ -16,8 +16,7 @@
 // do the same work.
 //
 // CPU_BODIES=distinct (paced only) sends 500 bodies in turn whose points carry random 6-decimal
-// coordinates, as real traffic does, instead of one body again and again: V8 keeps a small cache of
-// recently converted numbers, and a repeated body turns every coordinate into a cache hit.
+// coordinates, as real traffic does, instead of one body again and again (bench/lib/points.ts says why).
 //
 // CPU_COMPARE=path/to/other/dist/src/main.js runs another build (an earlier commit's) side by side,
 // alternating with this one in each round, against the same broker: the ratio holds for one run
@@ -32,6 +31,7 @@ import { freePort } from '../support/ports.js';
 import { topicSize, waitForDelivery } from './lib/delivery.js';
 import { pacedLoad } from './lib/paced-load.js';
 import { cpuSeconds, processTree } from './lib/procfs.js';
+import { benchPoints } from './lib/points.js';
 import { startTarget } from './lib/targets.js';
 
 const env = process.env;
@@ -51,22 +51,9 @@ const builds: { name: string; entry?: string }[] = [{ name: 'this tree' }, ...(e
 const run = promisify(execFile);
 const dir = mkdtempSync(join(tmpdir(), 'bench-cpu-'));
 
-function body(points: number, id: string, distinct = false): string {
-  const coordinate = (range: number) => Math.round((Math.random() * 2 - 1) * range * 1e6) / 1e6;
-  return JSON.stringify(
-    Array.from({ length: points }, (_, i) => ({
-      container_id: `${id}-c${i % 64}`,
-      lat: distinct ? coordinate(90) : 51.9 + i / 1e4,
-      lon: distinct ? coordinate(180) : 4.4 - i / 1e4,
-      timestamp: '2024-05-01T12:00:00.123Z',
-      speed: i % 30,
-    })),
-  );
-}
-
 /** The bodies of one shape: one, or with CPU_BODIES=distinct 500 of distinct coordinates. */
 function bodies(points: number, id: string): string[] {
-  return DISTINCT ? Array.from({ length: 500 }, () => body(points, id, true)) : [body(points, id)];
+  return DISTINCT ? Array.from({ length: 500 }, () => JSON.stringify(benchPoints(points, id, 'distinct'))) : [JSON.stringify(benchPoints(points, id))];
 }
 
 /** Closed-loop wrk, or CPU_RATE points per second paced, against url with POSTs of `payloads` in turn. */

@@ -27,6 +27,7 @@ import { TrackPointSchema, validatePoints, type TrackPoint } from '../src/track-
 import { BROKERS, createTopic, deleteTopic, uniqueTopic } from '../support/kafka.js';
 import { freePort } from '../support/ports.js';
 import { cpuSeconds, threadCpuSeconds } from './lib/procfs.js';
+import { benchPoints } from './lib/points.js';
 
 const REQUESTS = Number(process.env.FLOOR_REQUESTS ?? 20_000);
 const MESSAGES = Number(process.env.FLOOR_MESSAGES ?? 1_000_000);
@@ -34,11 +35,7 @@ const HTTP_SECONDS = Number(process.env.FLOOR_HTTP_SECONDS ?? 5);
 const POINTS = 100;
 const CHUNK = 20_000; // produced per timer tick, so that librdkafka's callbacks are served in between
 
-const body = Buffer.from(
-  JSON.stringify(
-    Array.from({ length: POINTS }, (_, i) => ({ container_id: `floor-c${i % 64}`, lat: 51.9 + i / 1e4, lon: 4.4 - i / 1e4, timestamp: '2024-05-01T12:00:00.123Z', speed: i % 30 })),
-  ),
-);
+const body = Buffer.from(JSON.stringify(benchPoints(POINTS, 'floor')));
 
 const cpuMicros = (since: NodeJS.CpuUsage) => {
   const d = process.cpuUsage(since);
@@ -158,10 +155,11 @@ const parsed = parse();
 console.log(`  (zod itself on the same body, the path of a request with an invalid point: ${f(perPoint(() => void allPoints.safeParse(parsed)))})`);
 // A body repeated again and again lets V8 answer every number-to-text conversion from its cache of
 // recent numbers; real traffic has new coordinates in every point (encode.ts, writeNumber).
-const valid = validatePoints(parsed);
-if (!valid.ok) throw new Error('the floor body does not validate');
-const coordinate = (range: number) => Math.round((Math.random() * 2 - 1) * range * 1e6) / 1e6;
-const distinct = Array.from({ length: 500 }, () => valid.points.map((p) => ({ ...p, lat: coordinate(90), lon: coordinate(180) })));
+const distinct = Array.from({ length: 500 }, () => {
+  const valid = validatePoints(benchPoints(POINTS, 'floor', 'distinct'));
+  if (!valid.ok) throw new Error('the distinct floor points do not validate');
+  return valid.points;
+});
 let turn = 0;
 let encoded = 0;
 const distinctEncoding = perPoint(() => {

@@ -16,6 +16,7 @@ import { cpuModel, cpuSeconds, peakRssBytes, processTree } from './lib/procfs.js
 import { pacedLoad } from './lib/paced-load.js';
 import { markdown, svgChart, type ScenarioResult } from './lib/report.js';
 import { startTarget, type Impl } from './lib/targets.js';
+import { benchPoints } from './lib/points.js';
 
 const env = process.env;
 const num = (name: string, dflt: number) => (env[name] === undefined ? dflt : Number(env[name]));
@@ -55,11 +56,7 @@ interface LoadResult {
 }
 
 function body(points: number): string {
-  const out = [];
-  for (let i = 0; i < points; i++) {
-    out.push({ container_id: `${RUN_ID}-c${i % 64}`, lat: 51.9 + i / 1e4, lon: 4.4 - i / 1e4, timestamp: '2024-05-01T12:00:00.123Z', speed: i % 30 });
-  }
-  return JSON.stringify(out);
+  return JSON.stringify(benchPoints(points, RUN_ID));
 }
 
 async function load(url: string, payload: string, shape: Shape, seconds: number, threads: number): Promise<LoadResult> {

@@ -47,9 +47,8 @@ const SPEED = bytesOf('","speed":');
 const VALUE_OVERHEAD = 192;
 
 /**
- * Encodes the points of one request into the scratch buffer.
- * The result views buffers that the next call overwrites: hand it to the producer before encoding
- * another request.
+ * Encodes the points of one request into the scratch buffer. The result views buffers that the next
+ * call overwrites: hand it to the producer before encoding another request.
  *
  * Why bytes and not one string written at the end: turning a double into text costs V8 260–300 ns
  * when it is not in its small cache of recent numbers, which is every coordinate of real traffic (a
