@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ACCOUNTING_HEADER, AccountedLoad, accountingRow, expectEveryAcceptedPointOnce, type Accounting } from '../helpers/accounting.js';
 import { consumeAll, createTopic, leaderOf, uniqueTopic } from '../../support/kafka.js';
-import { metric, metricValue, point, postFresh, startService, until, type Answer, type Service } from '../helpers/service.js';
+import { metric, metricValue, point, postFresh, producerStateLines, startService, until, type Answer, type Service } from '../helpers/service.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
 const CLUSTER = '127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092';
@@ -115,7 +115,7 @@ describe('on a 3-broker cluster under load', () => {
     const queueFull = (await metric(svc.url, 'ingest_producer_queue_full_total')) ?? 0;
     record(`kill -9 the leader of partition 0 (node ${leader}) for 8 s, then restart it`, a, `(worker restarts ${restarts}; requests refused as queue_full ${queueFull}; connection errors ${JSON.stringify(load.errorCodes)})`);
     if (restarts > 0) console.log(svc.output.filter((l) => /"level":[56]0/.test(l)).join('\n'));
-    console.log(svc.output.filter((l) => /producer state changed|answer again|answered nothing/.test(l)).join('\n'));
+    console.log(producerStateLines(svc.output));
     expectEveryAcceptedPointOnce(a, 10_000);
     expect(restarts).toBe(0);
     expect(await svc.stop()).toBe(0);
@@ -150,7 +150,7 @@ describe('on a 3-broker cluster under load', () => {
     const restarts = (await metric(svc.url, 'ingest_worker_restarts_total')) ?? 0;
     const a = await readBack(topic, load, load.accepted);
     record(`kill -9 of all 3 brokers, restarted after 30 s (no broker answering for ${(outageMs / 1000).toFixed(0)} s)`, a, `(worker restarts ${restarts}; 20 requests on fresh connections 8 s after the restart: ${afterwards.filter((r) => r.status === 202).length}×202)`);
-    console.log(svc.output.filter((l) => /producer state changed|answer again|answered nothing/.test(l)).join('\n'));
+    console.log(producerStateLines(svc.output));
     console.log(`taking points again, ms after kafka.sh start --cluster returned (negative: before), by worker: ${JSON.stringify(acceptingAgainMs(svc.output, restartedAt))}`);
     expect(a.lost).toBe(0);
     expect(a.hangs).toBe(0);

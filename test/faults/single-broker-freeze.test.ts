@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ACCOUNTING_HEADER, AccountedLoad, accountingRow, expectEveryAcceptedPointOnce } from '../helpers/accounting.js';
 import { consumeAll, createTopic, deleteTopic, uniqueTopic } from '../../support/kafka.js';
-import { metricValue, point, postFresh, startService, until, type Answer } from '../helpers/service.js';
+import { metricValue, point, postFresh, producerStateLines, startService, until, type Answer } from '../helpers/service.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
 const kafka = (...args: string[]) => execFileSync(KAFKA_SH, args, { stdio: ['ignore', 'pipe', 'inherit'] }).toString().trim();
@@ -94,7 +94,7 @@ describe('the single broker frozen (SIGSTOP) under load', () => {
     const messages = await consumeAll(topic, { expected: load.accepted, timeoutMs: 90_000, idleMs: 3_000, giveUpIdleMs: 10_000 });
     const a = load.account(messages);
     console.log(`${ACCOUNTING_HEADER}\n${accountingRow('single broker frozen (SIGSTOP) for 12 s under load, then thawed', a)}\n(readiness 503 ${noticedMs} ms after the freeze: ${reason}; 200 ${recoveredMs} ms after the thaw)`);
-    console.log(svc.output.filter((l) => /answered nothing|answer again|producer state changed/.test(l)).join('\n'));
+    console.log(producerStateLines(svc.output));
     expect(noticedMs).toBeLessThanOrEqual(GRACE_MS + 1_000);
     expect(reason).toMatch(/broker 127\.0\.0\.1:9092\/1 has answered nothing for \d+\.\d s \(\d+ requests waiting\)/);
     expect(refusal).toMatchObject({ status: 500, retryAfter: '1', body: { error: 'broker_unavailable' } });

@@ -145,6 +145,11 @@ export function postFresh(url: string, body: unknown): Promise<Answer> {
   });
 }
 
+/** The service's log lines where a producer changed what it accepts, or saw a broker fall silent or answer again. */
+export function producerStateLines(output: readonly string[]): string {
+  return output.filter((l) => /producer state changed|answer again|answered nothing/.test(l)).join('\n');
+}
+
 /** A status and its body: a failed expectation on answers then shows why they were refused. */
 export interface Answer {
   status: number;
