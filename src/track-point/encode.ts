@@ -50,7 +50,7 @@ const VALUE_OVERHEAD = 192;
  * Encodes the points of one request into the scratch buffer. The result views buffers that the next
  * call overwrites: hand it to the producer before encoding another request.
  *
- * Why bytes and not one string written at the end: turning a double into text costs V8 260–300 ns
+ * Why bytes and not one string written at the end: turning a double into text costs V8 260–310 ns
  * when it is not in its small cache of recent numbers, which is every coordinate of real traffic (a
  * benchmark that repeats one body hits the cache every time). writeNumber writes the usual GPS value,
  * up to seven decimals, digit by digit instead (measured on bodies of distinct 6-decimal
