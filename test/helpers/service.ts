@@ -90,7 +90,7 @@ export async function startService(env: Record<string, string>, opts: StartOptio
       const code = await exited;
       clearTimeout(timer);
       // A failed orderly stop says why in the test's output (the worker's warnings and errors).
-      if (signal === 'SIGTERM' && code !== 0) {
+      if (signal === 'SIGTERM' && code !== null && code !== 0) {
         console.log(`service exited ${code} on SIGTERM; its warnings and errors:\n${output.filter((l) => !/^\{"level":[123]0,/.test(l)).join('\n')}`);
       }
       return code;
