@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1
 # Multi-stage: node-rdkafka compiles librdkafka in the build stage, then patches/ is applied and its
 # addon rebuilt (compilers, headers and patch(1) stay there); the runtime image has Node, the
-# compiled JavaScript, production node_modules and the shared libraries librdkafka links against
-# (OpenSSL 3, zlib), and runs as a non-root user.
+# compiled JavaScript, production node_modules, the shared libraries librdkafka links against
+# (OpenSSL 3, zlib) and jemalloc, which the workers run on (WORKER_MALLOC=auto, src/allocator.ts), and
+# runs as a non-root user.
 # The build steps are scripts/image-build.sh's, which also runs them without Docker (and is tested).
 
 FROM node:20-bookworm-slim AS build
@@ -21,7 +22,7 @@ RUN scripts/image-build.sh compile
 
 FROM node:20-bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libssl3 zlib1g ca-certificates curl \
+ && apt-get install -y --no-install-recommends libssl3 zlib1g libjemalloc2 ca-certificates curl \
  && rm -rf /var/lib/apt/lists/*
 ENV NODE_ENV=production \
     LISTEN_ADDR=:8080 \

@@ -46,17 +46,22 @@ cluster-stop: ## stop the 3-broker cluster
 consume: ## print what the topic holds (key, partition, value)
 	@scripts/kafka.sh consume $(MQ_TOPIC)
 
+# The benchmarks measure the service on the malloc of its image (jemalloc, WORKER_MALLOC=auto).
+JEMALLOC := /usr/lib/x86_64-linux-gnu/libjemalloc.so.2:libjemalloc2
+
 bench: build ## the benchmark suite against a local Kafka (about 19 minutes; see bench/README.md)
 	@npx tsc -p .
+	@scripts/need-packages.sh $(JEMALLOC)
 	@scripts/with-broker.sh node dist/bench/run.js
 
 bench-floor: build ## CPU per point of each stage alone: parse, zod, encode, the node-rdkafka producer (failure reports only vs a report per message)
 	@npx tsc -p .
+	@scripts/need-packages.sh $(JEMALLOC)
 	@scripts/with-broker.sh node dist/bench/floor.js
 
 bench-cpu: build ## CPU per point of the service under wrk, 1 worker, 100/10/1 points per request (CPU_COMPARE=other/dist/src/main.js: side by side)
 	@npx tsc -p .
-	@scripts/need-packages.sh wrk:wrk
+	@scripts/need-packages.sh wrk:wrk $(JEMALLOC)
 	@scripts/with-broker.sh node dist/bench/cpu.js
 
 fuzz: build ## 1,000,000 hostile bodies against a running worker: no crash, JSON 4xx answers, RSS curve

@@ -14,12 +14,16 @@
 //      (bench/lib/bare-http.ts, its own process), under autocannon for FLOOR_HTTP_SECONDS (5 s), with
 //      the suite's 32 connections: CPU per request of that process (user and kernel time, /proc).
 // Each producer run is repeated twice, alternating.
+//
+// On the malloc the service's workers get (WORKER_MALLOC, src/allocator.ts): with jemalloc installed,
+// this process starts itself again with it preloaded, as the supervisor starts a worker.
 import { spawn } from 'node:child_process';
 import { isUtf8 } from 'node:buffer';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import Kafka from 'node-rdkafka';
 import { z } from 'zod';
+import { runsOnJemalloc, workerMallocEnv } from '../src/allocator.js';
 import { loadConfig } from '../src/config.js';
 import { producerSettings } from '../src/kafka/settings.js';
 import { encodePoints, messagesOf } from '../src/track-point/encode.js';
@@ -144,52 +148,65 @@ async function httpFloor(): Promise<{ perRequest: number; requestsPerSecond: num
   }
 }
 
-const f = (n: number) => n.toFixed(2);
-console.log(`node ${process.version}, librdkafka ${Kafka.librdkafkaVersion}, ${POINTS}-point body of ${body.length} bytes`);
-console.log(`\nstages, ${REQUESTS} bodies (µs of CPU per point):`);
-const s = stages();
-for (const [name, us] of Object.entries(s)) console.log(`  ${name.padEnd(34)} ${f(us)}`);
-// What validation cost before the fast path, and still costs a request with an invalid point.
-const allPoints = z.array(TrackPointSchema);
-const parsed = parse();
-console.log(`  (zod itself on the same body, the path of a request with an invalid point: ${f(perPoint(() => void allPoints.safeParse(parsed)))})`);
-// A body repeated again and again lets V8 answer every number-to-text conversion from its cache of
-// recent numbers; real traffic has new coordinates in every point (encode.ts, writeNumber).
-const distinct = Array.from({ length: 500 }, () => {
-  const valid = validatePoints(benchPoints(POINTS, 'floor', 'distinct'));
-  if (!valid.ok) throw new Error('the distinct floor points do not validate');
-  return valid.points;
-});
-let turn = 0;
-let encoded = 0;
-const distinctEncoding = perPoint(() => {
-  encoded += encodePoints(distinct[turn++ % distinct.length]!).bytes;
-});
-if (encoded === 0) throw new Error('the distinct requests encoded to nothing');
-console.log(`  (encoding 500 requests of distinct 6-decimal coordinates in turn, as real traffic: ${f(distinctEncoding)})`);
-const topic = await createTopic(uniqueTopic('floor'));
-try {
-  console.log(`\nnode-rdkafka producer, ${MESSAGES} messages, the service's settings (µs of CPU per message):`);
-  const runs: { label: string; handover: Handover; reports: Reports }[] = [
-    { label: `produceBatch(), ${POINTS} a call, reports for failures only`, handover: { batch: POINTS }, reports: 'failures only' },
-    { label: `produceBatch(), ${POINTS} a call, reports for every message`, handover: { batch: POINTS }, reports: 'every message' },
-    { label: 'produceBatch(), 1 a call, reports for failures only', handover: { batch: 1 }, reports: 'failures only' },
-    { label: 'produce() per message (before produceBatch), failures only', handover: 'produce()', reports: 'failures only' },
-  ];
-  const best = new Map<string, number>();
-  for (const run of [...runs, ...runs]) {
-    const r = await produce(topic, run.handover, run.reports);
-    best.set(run.label, Math.min(best.get(run.label) ?? Infinity, r.total));
-    console.log(`  ${run.label.padEnd(60)}: JavaScript thread ${f(r.js)} + librdkafka threads ${f(r.librdkafka)} = ${f(r.total)}  (${r.reports} reports)`);
-  }
-  const low = best.get(runs[0]!.label)!;
-  const lowSingle = best.get(runs[2]!.label)!;
-  const stagesTotal = Object.values(s).reduce((a, b) => a + b, 0);
-  const http = await httpFloor();
-  console.log(`\nHTTP alone (uWebSockets.js answering 202, 1-point bodies, 32 connections, ${HTTP_SECONDS} s): ${f(http.perRequest)} µs of CPU per request at ${Math.round(http.requestsPerSecond)} requests/s`);
-  console.log(`\nfloor per point at ${POINTS} points per request: stages ${f(stagesTotal)} + producer ${f(low)} + HTTP ${f(http.perRequest / POINTS)} = ${f(stagesTotal + low + http.perRequest / POINTS)} µs of CPU`);
-  console.log(`floor per request at 1 point per request: HTTP ${f(http.perRequest)} + producer ${f(lowSingle)} = ${f(http.perRequest + lowSingle)} µs of CPU (stages not included)`);
-} finally {
-  await deleteTopic(topic);
+const malloc = loadConfig(process.env).workerMalloc;
+if (malloc.preload !== null && !runsOnJemalloc()) {
+  const child = spawn(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url)], {
+    env: { ...process.env, ...workerMallocEnv(malloc, process.env) },
+    stdio: 'inherit',
+  });
+  child.once('exit', (code, signal) => process.exit(code ?? (signal === null ? 1 : 128)));
+} else {
+  await measure();
 }
-process.exit(0);
+
+async function measure(): Promise<void> {
+  const f = (n: number) => n.toFixed(2);
+  console.log(`node ${process.version}, librdkafka ${Kafka.librdkafkaVersion}, malloc ${runsOnJemalloc() ? 'jemalloc' : 'system'} (WORKER_MALLOC, as the service's workers), ${POINTS}-point body of ${body.length} bytes`);
+  console.log(`\nstages, ${REQUESTS} bodies (µs of CPU per point):`);
+  const s = stages();
+  for (const [name, us] of Object.entries(s)) console.log(`  ${name.padEnd(34)} ${f(us)}`);
+  // What validation cost before the fast path, and still costs a request with an invalid point.
+  const allPoints = z.array(TrackPointSchema);
+  const parsed = parse();
+  console.log(`  (zod itself on the same body, the path of a request with an invalid point: ${f(perPoint(() => void allPoints.safeParse(parsed)))})`);
+  // A body repeated again and again lets V8 answer every number-to-text conversion from its cache of
+  // recent numbers; real traffic has new coordinates in every point (encode.ts, writeNumber).
+  const distinct = Array.from({ length: 500 }, () => {
+    const valid = validatePoints(benchPoints(POINTS, 'floor', 'distinct'));
+    if (!valid.ok) throw new Error('the distinct floor points do not validate');
+    return valid.points;
+  });
+  let turn = 0;
+  let encoded = 0;
+  const distinctEncoding = perPoint(() => {
+    encoded += encodePoints(distinct[turn++ % distinct.length]!).bytes;
+  });
+  if (encoded === 0) throw new Error('the distinct requests encoded to nothing');
+  console.log(`  (encoding 500 requests of distinct 6-decimal coordinates in turn, as real traffic: ${f(distinctEncoding)})`);
+  const topic = await createTopic(uniqueTopic('floor'));
+  try {
+    console.log(`\nnode-rdkafka producer, ${MESSAGES} messages, the service's settings (µs of CPU per message):`);
+    const runs: { label: string; handover: Handover; reports: Reports }[] = [
+      { label: `produceBatch(), ${POINTS} a call, reports for failures only`, handover: { batch: POINTS }, reports: 'failures only' },
+      { label: `produceBatch(), ${POINTS} a call, reports for every message`, handover: { batch: POINTS }, reports: 'every message' },
+      { label: 'produceBatch(), 1 a call, reports for failures only', handover: { batch: 1 }, reports: 'failures only' },
+      { label: 'produce() per message (before produceBatch), failures only', handover: 'produce()', reports: 'failures only' },
+    ];
+    const best = new Map<string, number>();
+    for (const run of [...runs, ...runs]) {
+      const r = await produce(topic, run.handover, run.reports);
+      best.set(run.label, Math.min(best.get(run.label) ?? Infinity, r.total));
+      console.log(`  ${run.label.padEnd(60)}: JavaScript thread ${f(r.js)} + librdkafka threads ${f(r.librdkafka)} = ${f(r.total)}  (${r.reports} reports)`);
+    }
+    const low = best.get(runs[0]!.label)!;
+    const lowSingle = best.get(runs[2]!.label)!;
+    const stagesTotal = Object.values(s).reduce((a, b) => a + b, 0);
+    const http = await httpFloor();
+    console.log(`\nHTTP alone (uWebSockets.js answering 202, 1-point bodies, 32 connections, ${HTTP_SECONDS} s): ${f(http.perRequest)} µs of CPU per request at ${Math.round(http.requestsPerSecond)} requests/s`);
+    console.log(`\nfloor per point at ${POINTS} points per request: stages ${f(stagesTotal)} + producer ${f(low)} + HTTP ${f(http.perRequest / POINTS)} = ${f(stagesTotal + low + http.perRequest / POINTS)} µs of CPU`);
+    console.log(`floor per request at 1 point per request: HTTP ${f(http.perRequest)} + producer ${f(lowSingle)} = ${f(http.perRequest + lowSingle)} µs of CPU (stages not included)`);
+  } finally {
+    await deleteTopic(topic);
+  }
+  process.exit(0);
+}

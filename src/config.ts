@@ -2,6 +2,7 @@
 // Parsed once at start-up; a bad value stops the process (exit 2) with a message naming the variable.
 // The README's configuration table mirrors DEFAULTS and the descriptions below.
 import { z } from 'zod';
+import { JEMALLOC_PATHS, workerMalloc, type MallocChoice, type WorkerMalloc } from './allocator.js';
 import { usableCpus } from './cpus.js';
 import { SPILL_RECORD_OVERHEAD_BYTES, spillReserveBytes } from './spill-record.js';
 
@@ -23,6 +24,7 @@ export const DEFAULTS = {
   SPILL_DIR: 'spill',
   SPILL_MAX_BYTES: '1073741824',
   LOG_LEVEL: 'info',
+  WORKER_MALLOC: 'auto',
 } as const;
 
 
@@ -59,6 +61,8 @@ export interface Config {
   spillDir: string;
   spillMaxBytes: number;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+  /** The malloc the workers are forked with (allocator.ts says why jemalloc). */
+  workerMalloc: WorkerMalloc;
   /** librdkafka properties given through MQ_OPT_*, already translated to their dotted names. */
   producerOptions: Readonly<Record<string, string>>;
 }
@@ -125,6 +129,7 @@ const EnvSchema = z.object({
   SPILL_DIR: z.string().min(1),
   SPILL_MAX_BYTES: wholeNumber(1024 * 1024, 2 ** 50),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
+  WORKER_MALLOC: z.enum(['auto', 'jemalloc', 'system']),
 });
 
 /** Reads the configuration from an environment (process.env by default). Throws ConfigError. */
@@ -161,6 +166,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     spillDir: e.SPILL_DIR,
     spillMaxBytes: e.SPILL_MAX_BYTES,
     logLevel: e.LOG_LEVEL,
+    workerMalloc: resolveWorkerMalloc(e.WORKER_MALLOC, env),
     producerOptions: Object.freeze(producerOptionsFrom(env)),
   };
   if (config.queueMaxPoints < config.maxPoints) {
@@ -174,6 +180,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     );
   }
   return Object.freeze(config);
+}
+
+function resolveWorkerMalloc(choice: MallocChoice, env: NodeJS.ProcessEnv): WorkerMalloc {
+  const malloc = workerMalloc(choice, env);
+  if (malloc === null) {
+    throw new ConfigError('WORKER_MALLOC', `jemalloc is not installed: none of ${JEMALLOC_PATHS.join(', ')} exists (Debian: apt-get install libjemalloc2; or use auto or system)`);
+  }
+  return malloc;
 }
 
 /**

@@ -12,6 +12,7 @@
 //   stop all, exit 2/3         its producer, exits) ──all exited──▶ exit 0 (1 if a worker failed to flush)
 //                              └─ SHUTDOWN_TIMEOUT_MS + 5 s and still running ──▶ SIGKILL, exit 1
 import cluster, { type Worker } from 'node:cluster';
+import { workerMallocEnv } from './allocator.js';
 import { isWorkerMessage, sendToWorker, STANDBY_SLOT, WORKER_SLOT_ENV } from './cluster-protocol.js';
 import type { Config } from './config.js';
 import { EXIT, STARTUP_FAILURES } from './exit-codes.js';
@@ -40,10 +41,12 @@ export function runPrimary(config: Config): void {
   let stopping = false;
   let failedShutdown = false;
   let announced = false;
+  // Read by each worker's process at exec: LD_PRELOAD of jemalloc (allocator.ts), or nothing.
+  const mallocEnv = workerMallocEnv(config.workerMalloc, process.env);
 
   const forkStandby = (): void => {
     if (!config.standbyWorker || stopping || standby !== null) return;
-    const worker = cluster.fork({ [WORKER_SLOT_ENV]: STANDBY_SLOT });
+    const worker = cluster.fork({ ...mallocEnv, [WORKER_SLOT_ENV]: STANDBY_SLOT });
     standby = worker;
     standbyReady = false;
     worker.on('message', (m: unknown) => {
@@ -65,7 +68,7 @@ export function runPrimary(config: Config): void {
   };
 
   const fork = (slot: number): Worker => {
-    const worker = cluster.fork({ [WORKER_SLOT_ENV]: String(slot) });
+    const worker = cluster.fork({ ...mallocEnv, [WORKER_SLOT_ENV]: String(slot) });
     slots.set(worker.id, slot);
     metrics.workers.set(slots.size);
     watchWorker(worker);
@@ -145,7 +148,8 @@ export function runPrimary(config: Config): void {
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));
 
-  log.info({ workers: config.workers }, 'starting workers');
+  const { name: malloc, preload, reason } = config.workerMalloc;
+  log.info({ workers: config.workers, malloc, preload, reason }, 'starting workers');
   for (let slot = 0; slot < config.workers; slot++) fork(slot);
   forkStandby();
 }

@@ -10,6 +10,7 @@
 //   fatal producer error: the same shutdown, then exit 1 so that the primary starts a fresh worker
 import cluster from 'node:cluster';
 import { hostname } from 'node:os';
+import { runsOnJemalloc } from './allocator.js';
 import { isPrimaryMessage, sendToPrimary, workerSlot } from './cluster-protocol.js';
 import type { Config } from './config.js';
 import { EXIT } from './exit-codes.js';
@@ -55,7 +56,7 @@ export async function runWorker(config: Config): Promise<void> {
     process.exit(EXIT.CONFIG);
   }
   metrics.setSpillSource(() => journal.bytes);
-  log.info({ slot, ackMode: config.ackMode }, 'worker started');
+  log.info({ slot, ackMode: config.ackMode, malloc: runsOnJemalloc() ? 'jemalloc' : 'system' }, 'worker started');
   if (!journal.isEmpty) log.warn({ dir: config.spillDir, slot, bytes: journal.bytes }, 'spill journal holds points from an earlier run; replaying them once Kafka is reachable');
 
   let producer: TrackProducer;

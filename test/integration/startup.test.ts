@@ -1,8 +1,12 @@
 // Start-up: a bad configuration stops the service with exit 2 and a message naming the variable.
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { freePort } from '../../support/ports.js';
-import { startService } from '../helpers/service.js';
+import { postTrack, point, startService } from '../helpers/service.js';
+
+/** The shared libraries a process has mapped (/proc/PID/maps), to see which malloc it runs on. */
+const mapsOf = (pid: number) => readFileSync(`/proc/${pid}/maps`, 'utf8');
 
 async function exitOf(env: Record<string, string>) {
   const svc = await startService(env, { waitFor: 'nothing' });
@@ -55,6 +59,24 @@ describe('start-up', () => {
       expect(status).toBe(200);
     } finally {
       await svc.stop();
+    }
+  });
+
+  // scripts/test.sh installs libjemalloc2, as the Dockerfile does.
+  it('runs its workers on jemalloc when it is installed (WORKER_MALLOC=auto), on the system malloc with WORKER_MALLOC=system', async () => {
+    for (const [choice, expected] of [['auto', true], ['system', false]] as const) {
+      const svc = await startService({ WORKER_MALLOC: choice });
+      try {
+        const health = (await fetch(`${svc.url}/healthz`).then((r) => r.json())) as { pid: number };
+        expect(health.pid).not.toBe(svc.proc.pid);
+        expect(mapsOf(health.pid).includes('libjemalloc'), `worker of WORKER_MALLOC=${choice}`).toBe(expected);
+        // The primary, already running when it read the setting, keeps the system malloc.
+        expect(mapsOf(svc.proc.pid!)).not.toContain('libjemalloc');
+        expect(svc.output.join('\n')).toContain(`"malloc":"${expected ? 'jemalloc' : 'system'}"`);
+        expect((await postTrack(svc.url, [point('MSCU-MALLOC')])).status).toBe(202);
+      } finally {
+        expect(await svc.stop()).toBe(0);
+      }
     }
   });
 });

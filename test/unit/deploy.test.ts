@@ -2,6 +2,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments } from 'yaml';
+import { JEMALLOC_PATHS } from '../../src/allocator.js';
 import { DEFAULTS, loadConfig } from '../../src/config.js';
 import { HTTP_IDLE_TIMEOUT_S } from '../../src/http/server.js';
 import { createPrimaryMetrics, createWorkerMetrics } from '../../src/metrics.js';
@@ -96,6 +97,14 @@ describe('Dockerfile and compose', () => {
     expect(build).toMatch(/apt-get install [^\n]*\bpatch\b/);
     expect(build).toMatch(/^COPY [^\n]*scripts\/patch-node-rdkafka\.sh/m);
     expect(build).toMatch(/^COPY patches \.\/patches$/m);
+  });
+
+  it('installs jemalloc in the runtime stage where WORKER_MALLOC=auto looks for it', () => {
+    const runtime = dockerfile.slice(dockerfile.lastIndexOf('FROM node:20-bookworm-slim'));
+    expect(runtime).toMatch(/apt-get install [^\n]*\blibjemalloc2\b/);
+    // Debian's libjemalloc2 puts it under /usr/lib/<multiarch triplet>/, for both image architectures.
+    expect(JEMALLOC_PATHS).toContain('/usr/lib/x86_64-linux-gnu/libjemalloc.so.2');
+    expect(JEMALLOC_PATHS).toContain('/usr/lib/aarch64-linux-gnu/libjemalloc.so.2');
   });
 
   it('gives compose a stop grace period longer than the flush', () => {
