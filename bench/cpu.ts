@@ -7,8 +7,9 @@
 // service started with WORKERS=1, wrk for CPU_WARMUP_SECONDS (3) to warm it up and its points
 // delivered, then wrk -c CPU_CONNECTIONS (32) for CPU_SECONDS (10); the
 // CPU of the service's processes (the primary and its worker, every thread, librdkafka's included)
-// read from /proc before and after; then the topic is read back to check that every point answered
-// 202 is in Kafka. Rounds: CPU_ROUNDS (2).
+// read from /proc before and after, and split by thread: the worker's JavaScript thread, librdkafka's
+// threads, the rest (bench/lib/procfs.ts, serviceThreadsCpu); then the topic is read back to check
+// that every point answered 202 is in Kafka. Rounds: CPU_ROUNDS (2).
 //
 // CPU_RATE=N[,N…] offers N points per second instead (one rate per shape of CPU_BATCHES), evenly paced (bench/lib/paced-load.ts, 32 connections):
 // closed-loop load drives a faster build into the broker's limit on a small machine (500 queue_full
@@ -30,7 +31,7 @@ import { BROKERS, createTopic, deleteTopic } from '../support/kafka.js';
 import { freePort } from '../support/ports.js';
 import { topicSize, waitForDelivery } from './lib/delivery.js';
 import { pacedLoad } from './lib/paced-load.js';
-import { cpuSeconds, processTree } from './lib/procfs.js';
+import { cpuSeconds, processTree, serviceThreadsCpu } from './lib/procfs.js';
 import { benchPoints } from './lib/points.js';
 import { startTarget } from './lib/targets.js';
 
@@ -84,6 +85,8 @@ interface Row {
   round: number;
   usPerPoint: number;
   usPerRequest: number;
+  /** µs per point of the serving worker's JavaScript thread, of librdkafka's threads, of the rest. */
+  split: { javascript: number; librdkafka: number; other: number };
   pointsPerSecond: number;
   p99Ms: number;
   non2xx: number;
@@ -102,15 +105,19 @@ async function measure(build: { name: string; entry?: string }, points: number, 
     const warm = await topicSize(topic);
     const pids = processTree(target.proc.pid!);
     const cpu0 = cpuSeconds(pids);
+    const threads0 = serviceThreadsCpu(pids);
     const r = await load(target.url, payload, points, seconds);
     const used = cpuSeconds(pids) - cpu0;
+    const threads1 = serviceThreadsCpu(pids);
     const accepted = (r.requests - r.non2xx) * points;
+    const perPoint = (role: keyof typeof threads1) => ((threads1[role] - threads0[role]) * 1e6) / accepted;
     await waitForDelivery(topic, warm + accepted);
     const delivered = (await topicSize(topic)) - warm;
     return {
       build: build.name, points, round,
       usPerPoint: (used * 1e6) / accepted,
       usPerRequest: (used * 1e6) / (r.requests - r.non2xx),
+      split: { javascript: perPoint('javascript'), librdkafka: perPoint('librdkafka'), other: perPoint('other') },
       pointsPerSecond: accepted / seconds,
       p99Ms: r.p99Ms,
       non2xx: r.non2xx,
@@ -126,8 +133,8 @@ async function measure(build: { name: string; entry?: string }, points: number, 
 const f = (n: number, d = 2) => n.toFixed(d);
 const rows: Row[] = [];
 console.log(`${RATES === null ? `wrk -t1 -c${CONNECTIONS}` : `${RATES.join(' / ')} points/s paced over ${CONNECTIONS} connections${DISTINCT ? ', 500 bodies of distinct coordinates' : ''}`}, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up (the broker's ${BROKER_WARMUP_SECONDS} s before), WORKERS=1, ${ROUNDS} rounds; builds: ${builds.map((b) => b.entry ?? b.name).join(' vs ')}`);
-console.log('| build | points per request | round | µs CPU per point | µs CPU per request | points/s | p99 ms | non-2xx | delivered / accepted |');
-console.log('|---|---|---|---|---|---|---|---|---|');
+console.log('| build | points per request | round | µs CPU per point | of which JS thread / librdkafka / other | µs CPU per request | points/s | p99 ms | non-2xx | delivered / accepted |');
+console.log('|---|---|---|---|---|---|---|---|---|---|');
 try {
   if (BROKER_WARMUP_SECONDS > 0) await measure(builds[0]!, 100, 0, BROKER_WARMUP_SECONDS);
   for (const points of SHAPES) {
@@ -136,7 +143,7 @@ try {
       for (const build of round % 2 === 1 ? builds : [...builds].reverse()) {
         const r = await measure(build, points, round);
         rows.push(r);
-        console.log(`| ${r.build} | ${r.points} | ${r.round} | ${f(r.usPerPoint)} | ${f(r.usPerRequest, 1)} | ${Math.round(r.pointsPerSecond)} | ${f(r.p99Ms)} | ${r.non2xx} | ${r.delivered} / ${r.accepted} |`);
+        console.log(`| ${r.build} | ${r.points} | ${r.round} | ${f(r.usPerPoint)} | ${f(r.split.javascript)} / ${f(r.split.librdkafka)} / ${f(r.split.other)} | ${f(r.usPerRequest, 1)} | ${Math.round(r.pointsPerSecond)} | ${f(r.p99Ms)} | ${r.non2xx} | ${r.delivered} / ${r.accepted} |`);
       }
     }
   }

@@ -77,3 +77,52 @@ export function threadCpuSeconds(): Record<string, number> {
   }
   return out;
 }
+
+/** CPU seconds so far of the service's threads, by what they do (see serviceThreadRole). */
+export interface ServiceThreadsCpu {
+  /** The main thread of each serving worker: HTTP, parsing, validation, encoding, produceBatch(). */
+  javascript: number;
+  /** librdkafka's threads (rdk:*) in the workers: batches, requests to the brokers, acknowledgements. */
+  librdkafka: number;
+  /** The rest: the primary, the standby worker, V8's and libuv's helper threads. */
+  other: number;
+}
+
+/**
+ * The CPU of the service's process tree (primary first, as processTree returns it) split by role. A
+ * worker's main thread is the thread whose id is its process id; the standby worker (its environment
+ * says INGEST_WORKER_SLOT=standby, src/cluster-protocol.ts) serves nothing and counts as other.
+ */
+export function serviceThreadsCpu(pids: number[]): ServiceThreadsCpu {
+  const out: ServiceThreadsCpu = { javascript: 0, librdkafka: 0, other: 0 };
+  const primary = pids[0];
+  for (const pid of pids) {
+    let standby = false;
+    try {
+      standby = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').includes('INGEST_WORKER_SLOT=standby');
+    } catch {
+      continue; // exited
+    }
+    let tasks: string[] = [];
+    try {
+      tasks = readdirSync(`/proc/${pid}/task`);
+    } catch {
+      continue;
+    }
+    for (const tid of tasks) {
+      try {
+        const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+        const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+        const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+        const seconds = (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
+        const serving = pid !== primary && !standby;
+        if (serving && Number(tid) === pid) out.javascript += seconds;
+        else if (serving && name.startsWith('rdk:')) out.librdkafka += seconds;
+        else out.other += seconds;
+      } catch {
+        /* thread gone */
+      }
+    }
+  }
+  return out;
+}
