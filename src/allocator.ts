@@ -38,11 +38,10 @@ export interface WorkerMalloc {
 export function workerMalloc(choice: MallocChoice, env: NodeJS.ProcessEnv, exists: (path: string) => boolean = existsSync): WorkerMalloc | null {
   if (choice === 'system') return { name: 'system', preload: null, reason: 'WORKER_MALLOC=system' };
   const found = JEMALLOC_PATHS.find((path) => exists(path)) ?? null;
-  const ownPreload = (env.LD_PRELOAD ?? '').trim();
   if (choice === 'jemalloc') {
     return found === null ? null : { name: 'jemalloc', preload: found, reason: 'WORKER_MALLOC=jemalloc' };
   }
-  if (ownPreload !== '') return { name: 'system', preload: null, reason: 'WORKER_MALLOC=auto and LD_PRELOAD is set: left as it is' };
+  if (ownPreload(env) !== '') return { name: 'system', preload: null, reason: 'WORKER_MALLOC=auto and LD_PRELOAD is set: left as it is' };
   if (found === null) return { name: 'system', preload: null, reason: 'WORKER_MALLOC=auto and jemalloc is not installed (Debian: apt-get install libjemalloc2)' };
   return { name: 'jemalloc', preload: found, reason: 'WORKER_MALLOC=auto and jemalloc is installed' };
 }
@@ -50,8 +49,13 @@ export function workerMalloc(choice: MallocChoice, env: NodeJS.ProcessEnv, exist
 /** The environment a worker is forked with for `malloc`: LD_PRELOAD, jemalloc ahead of any the operator set. */
 export function workerMallocEnv(malloc: WorkerMalloc, env: NodeJS.ProcessEnv): Record<string, string> {
   if (malloc.preload === null) return {};
-  const own = (env.LD_PRELOAD ?? '').trim();
+  const own = ownPreload(env);
   return { LD_PRELOAD: own === '' ? malloc.preload : `${malloc.preload} ${own}` };
+}
+
+/** What the operator preloads themselves ('' for nothing). */
+function ownPreload(env: NodeJS.ProcessEnv): string {
+  return (env.LD_PRELOAD ?? '').trim();
 }
 
 /** Whether this process has jemalloc mapped (read in a worker, to log what it really runs on). */

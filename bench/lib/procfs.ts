@@ -2,21 +2,37 @@
 // estimated: utime + stime of every process of the tree (all threads, librdkafka's included).
 import { execFileSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
+import { STANDBY_SLOT, WORKER_SLOT_ENV } from '../../src/cluster-protocol.js';
 
 const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim());
+
+/** The thread ids of a process, or none once it has exited. */
+function tasksOf(pid: number | 'self'): string[] {
+  try {
+    return readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return [];
+  }
+}
+
+/** A process's or thread's name and CPU seconds (utime + stime) from its stat file, or null once gone. */
+function statCpu(path: string): { name: string; seconds: number } | null {
+  try {
+    const stat = readFileSync(path, 'utf8');
+    // Fields after the ")" that closes the command name: state is field 3, utime 14, stime 15.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return { name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')), seconds: (Number(fields[11]) + Number(fields[12])) / CLK_TCK };
+  } catch {
+    return null;
+  }
+}
 
 /** The pid and all its descendants (the primary and its workers). */
 export function processTree(pid: number): number[] {
   const out = [pid];
   for (let i = 0; i < out.length; i++) {
     const p = out[i]!;
-    let tasks: string[] = [];
-    try {
-      tasks = readdirSync(`/proc/${p}/task`);
-    } catch {
-      continue;
-    }
-    for (const t of tasks) {
+    for (const t of tasksOf(p)) {
       try {
         for (const c of readFileSync(`/proc/${p}/task/${t}/children`, 'utf8').trim().split(/\s+/)) if (c) out.push(Number(c));
       } catch {
@@ -29,18 +45,9 @@ export function processTree(pid: number): number[] {
 
 /** CPU seconds (user + system) the processes have used so far. */
 export function cpuSeconds(pids: number[]): number {
-  let ticks = 0;
-  for (const pid of pids) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      // Fields after the ")" that closes the command name: state is field 3, utime 14, stime 15.
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      ticks += Number(fields[11]) + Number(fields[12]);
-    } catch {
-      /* exited */
-    }
-  }
-  return ticks / CLK_TCK;
+  let seconds = 0;
+  for (const pid of pids) seconds += statCpu(`/proc/${pid}/stat`)?.seconds ?? 0;
+  return seconds;
 }
 
 /** Sum of the processes' peak resident set sizes (VmHWM), in bytes. */
@@ -65,20 +72,16 @@ export function cpuModel(): string {
 /** CPU seconds of this process so far by thread name ("node", "rdk:broker1", …; digits folded to #). */
 export function threadCpuSeconds(): Record<string, number> {
   const out: Record<string, number> = {};
-  for (const tid of readdirSync('/proc/self/task')) {
-    try {
-      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
-      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')).replace(/\d+$/, '#');
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      out[name] = (out[name] ?? 0) + (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
-    } catch {
-      /* thread gone */
-    }
+  for (const tid of tasksOf('self')) {
+    const thread = statCpu(`/proc/self/task/${tid}/stat`);
+    if (thread === null) continue;
+    const name = thread.name.replace(/\d+$/, '#');
+    out[name] = (out[name] ?? 0) + thread.seconds;
   }
   return out;
 }
 
-/** CPU seconds so far of the service's threads, by what they do (see serviceThreadRole). */
+/** CPU seconds so far of the service's threads, by what they do (serviceThreadsCpu). */
 export interface ServiceThreadsCpu {
   /** The main thread of each serving worker: HTTP, parsing, validation, encoding, produceBatch(). */
   javascript: number;
@@ -91,37 +94,26 @@ export interface ServiceThreadsCpu {
 /**
  * The CPU of the service's process tree (primary first, as processTree returns it) split by role. A
  * worker's main thread is the thread whose id is its process id; the standby worker (its environment
- * says INGEST_WORKER_SLOT=standby, src/cluster-protocol.ts) serves nothing and counts as other.
+ * says so, src/cluster-protocol.ts) serves nothing and counts as other.
  */
 export function serviceThreadsCpu(pids: number[]): ServiceThreadsCpu {
   const out: ServiceThreadsCpu = { javascript: 0, librdkafka: 0, other: 0 };
   const primary = pids[0];
+  const standbyEnv = `${WORKER_SLOT_ENV}=${STANDBY_SLOT}`;
   for (const pid of pids) {
-    let standby = false;
+    let standby: boolean;
     try {
-      standby = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').includes('INGEST_WORKER_SLOT=standby');
+      standby = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').includes(standbyEnv);
     } catch {
       continue; // exited
     }
-    let tasks: string[] = [];
-    try {
-      tasks = readdirSync(`/proc/${pid}/task`);
-    } catch {
-      continue;
-    }
-    for (const tid of tasks) {
-      try {
-        const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
-        const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
-        const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-        const seconds = (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
-        const serving = pid !== primary && !standby;
-        if (serving && Number(tid) === pid) out.javascript += seconds;
-        else if (serving && name.startsWith('rdk:')) out.librdkafka += seconds;
-        else out.other += seconds;
-      } catch {
-        /* thread gone */
-      }
+    const serving = pid !== primary && !standby;
+    for (const tid of tasksOf(pid)) {
+      const thread = statCpu(`/proc/${pid}/task/${tid}/stat`);
+      if (thread === null) continue;
+      if (serving && Number(tid) === pid) out.javascript += thread.seconds;
+      else if (serving && thread.name.startsWith('rdk:')) out.librdkafka += thread.seconds;
+      else out.other += thread.seconds;
     }
   }
   return out;
