@@ -1,8 +1,9 @@
 // `make bench-floor`: what one point costs in each stage of this design, measured alone, so that the
 // suite's CPU per point can be read against a floor. In one process, for the suite's 100-point body:
-//   1. reading the body (UTF-8 check, decode, JSON.parse), validating (the fast path derived from the
-//      zod schema, and zod itself for comparison) and encoding, through the service's own functions,
-//      repeated FLOOR_REQUESTS (20,000) times;
+//   1. from the body's bytes to the messages: the single pass a valid body takes (encodeValidBody),
+//      and for comparison the general path stage by stage (UTF-8 check, decode, JSON.parse; the
+//      validation fast path derived from the zod schema, and zod itself; encoding), through the
+//      service's own functions, repeated FLOOR_REQUESTS (20,000) times;
 //   2. the node-rdkafka producer alone with the service's settings (producerSettings), failure
 //      reports only as in ACK_MODE=async: FLOOR_MESSAGES (1,000,000) of the encoded values handed over
 //      as the service does, one produceBatch() call per request (100 messages, and 1 for the floor
@@ -28,6 +29,7 @@ import { loadConfig } from '../src/config.js';
 import { producerSettings } from '../src/kafka/settings.js';
 import { encodePoints, messagesOf } from '../src/track-point/encode.js';
 import { TrackPointSchema, validatePoints, type TrackPoint } from '../src/track-point/schema.js';
+import { encodeValidBody } from '../src/track-point/single-pass.js';
 import { BROKERS, createTopic, deleteTopic, uniqueTopic } from '../support/kafka.js';
 import { freePort } from '../support/ports.js';
 import { cpuSeconds, threadCpuSeconds } from './lib/procfs.js';
@@ -56,8 +58,8 @@ function perPoint(fn: () => void): number {
 
 const parse = () => JSON.parse(body.toString('utf8')) as unknown[];
 
-/** Stage by stage, the service's functions on one body; µs of CPU per point. */
-function stages(): Record<string, number> {
+/** The general path stage by stage, the service's functions on one body; µs of CPU per point. */
+function generalStages(): Record<string, number> {
   let sink = 0;
   const parsed = parse();
   const valid = validatePoints(parsed);
@@ -75,6 +77,19 @@ function stages(): Record<string, number> {
     }),
     ...(sink < 0 ? { never: 0 } : {}),
   };
+}
+
+/** The single pass (encodeValidBody) over bodies, in turn; µs of CPU per point. */
+function singlePass(bodies: readonly Buffer[]): number {
+  let turn = 0;
+  let encoded = 0;
+  const us = perPoint(() => {
+    const batch = encodeValidBody(bodies[turn++ % bodies.length]!, POINTS);
+    if (batch === null) throw new Error('the single pass did not take a floor body');
+    encoded += batch.bytes;
+  });
+  if (encoded === 0) throw new Error('the single pass encoded nothing');
+  return us;
 }
 
 type Reports = 'failures only' | 'every message';
@@ -162,17 +177,22 @@ if (malloc.preload !== null && !runsOnJemalloc()) {
 async function measure(): Promise<void> {
   const f = (n: number) => n.toFixed(2);
   console.log(`node ${process.version}, librdkafka ${Kafka.librdkafkaVersion}, malloc ${runsOnJemalloc() ? 'jemalloc' : 'system'} (WORKER_MALLOC, as the service's workers), ${POINTS}-point body of ${body.length} bytes`);
+  // A body repeated again and again lets V8 answer every number-to-text conversion from its cache of
+  // recent numbers; real traffic has new coordinates in every point (encode.ts, writeNumber).
+  const distinctBodies = Array.from({ length: 500 }, () => Buffer.from(JSON.stringify(benchPoints(POINTS, 'floor', 'distinct'))));
+  const single = singlePass([body]);
   console.log(`\nstages, ${REQUESTS} bodies (µs of CPU per point):`);
-  const s = stages();
-  for (const [name, us] of Object.entries(s)) console.log(`  ${name.padEnd(34)} ${f(us)}`);
+  console.log(`  single pass (encodeValidBody): bytes to messages, the path of a valid body  ${f(single)}`);
+  console.log(`    the same on 500 bodies of distinct 6-decimal coordinates in turn, as real traffic: ${f(singlePass(distinctBodies))}`);
+  console.log('  the general path (a body the single pass leaves: escapes, non-ASCII text, an invalid point):');
+  const general = generalStages();
+  for (const [name, us] of Object.entries(general)) console.log(`    ${name.padEnd(34)} ${f(us)}`);
   // What validation cost before the fast path, and still costs a request with an invalid point.
   const allPoints = z.array(TrackPointSchema);
   const parsed = parse();
-  console.log(`  (zod itself on the same body, the path of a request with an invalid point: ${f(perPoint(() => void allPoints.safeParse(parsed)))})`);
-  // A body repeated again and again lets V8 answer every number-to-text conversion from its cache of
-  // recent numbers; real traffic has new coordinates in every point (encode.ts, writeNumber).
-  const distinct = Array.from({ length: 500 }, () => {
-    const valid = validatePoints(benchPoints(POINTS, 'floor', 'distinct'));
+  console.log(`    (zod itself on the same body, the path of a request with an invalid point: ${f(perPoint(() => void allPoints.safeParse(parsed)))})`);
+  const distinct = distinctBodies.map((b) => {
+    const valid = validatePoints(JSON.parse(b.toString('utf8')) as unknown[]);
     if (!valid.ok) throw new Error('the distinct floor points do not validate');
     return valid.points;
   });
@@ -182,7 +202,7 @@ async function measure(): Promise<void> {
     encoded += encodePoints(distinct[turn++ % distinct.length]!).bytes;
   });
   if (encoded === 0) throw new Error('the distinct requests encoded to nothing');
-  console.log(`  (encoding 500 requests of distinct 6-decimal coordinates in turn, as real traffic: ${f(distinctEncoding)})`);
+  console.log(`    (encoding the 500 bodies of distinct coordinates in turn: ${f(distinctEncoding)})`);
   const topic = await createTopic(uniqueTopic('floor'));
   try {
     console.log(`\nnode-rdkafka producer, ${MESSAGES} messages, the service's settings (µs of CPU per message):`);
@@ -200,10 +220,9 @@ async function measure(): Promise<void> {
     }
     const low = best.get(runs[0]!.label)!;
     const lowSingle = best.get(runs[2]!.label)!;
-    const stagesTotal = Object.values(s).reduce((a, b) => a + b, 0);
     const http = await httpFloor();
     console.log(`\nHTTP alone (uWebSockets.js answering 202, 1-point bodies, 32 connections, ${HTTP_SECONDS} s): ${f(http.perRequest)} µs of CPU per request at ${Math.round(http.requestsPerSecond)} requests/s`);
-    console.log(`\nfloor per point at ${POINTS} points per request: stages ${f(stagesTotal)} + producer ${f(low)} + HTTP ${f(http.perRequest / POINTS)} = ${f(stagesTotal + low + http.perRequest / POINTS)} µs of CPU`);
+    console.log(`\nfloor per point at ${POINTS} points per request: single pass ${f(single)} + producer ${f(low)} + HTTP ${f(http.perRequest / POINTS)} = ${f(single + low + http.perRequest / POINTS)} µs of CPU`);
     console.log(`floor per request at 1 point per request: HTTP ${f(http.perRequest)} + producer ${f(lowSingle)} = ${f(http.perRequest + lowSingle)} µs of CPU (stages not included)`);
   } finally {
     await deleteTopic(topic);

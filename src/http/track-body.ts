@@ -1,8 +1,11 @@
 // POST /track after the body has been read: decompress, decode, parse, validate, encode, enqueue.
 // Independent of uWebSockets.js so that it reads top to bottom and can be tested without sockets.
 //
-//   bytes ─gunzip?─▶ UTF-8 check ─▶ JSON.parse ─▶ array? ≤ MAX_POINTS? ─▶ zod ─▶ encode ─▶ producer
-//     413 / 400         400            400          400      413           400     413      500
+//   bytes ─gunzip?─┬─▶ single pass: all points valid? ─────────────────────────────────────┬─▶ producer
+//     413 / 400    └─▶ UTF-8 check ─▶ JSON.parse ─▶ array? ≤ MAX_POINTS? ─▶ zod ─▶ encode ─┘     500
+//                         400            400          400      413           400     413
+// The single pass (track-point/single-pass.ts) takes ordinary bodies of valid points; anything else
+// takes the general path, which decides every answer but 202.
 import { isUtf8 } from 'node:buffer';
 import { gunzipSync } from 'node:zlib';
 import { errorAnswer, type HttpStatus, type PointIssue, type TrackRejection } from '../errors.js';
@@ -10,6 +13,7 @@ import type { DeliveryTicket } from '../kafka/delivery-reports.js';
 import type { Refusal } from '../kafka/producer.js';
 import { encodePoints, type EncodedPoints } from '../track-point/encode.js';
 import { validatePoints } from '../track-point/schema.js';
+import { encodeValidBody } from '../track-point/single-pass.js';
 
 export interface TrackOutcome {
   status: HttpStatus;
@@ -65,6 +69,10 @@ export function handleTrackBody(raw: Uint8Array, gzipped: boolean, limits: Track
     }
   }
 
+  // A body of valid points, as nearly every request is, goes from bytes to messages in one pass.
+  const direct = encodeValidBody(bytes, limits.maxPoints);
+  if (direct !== null) return enqueue(direct, limits, sink, ticket);
+
   // Buffer#toString would replace invalid sequences with U+FFFD and let them through; refuse instead.
   if (!isUtf8(bytes)) return refuse('invalid_json', 'body is not valid UTF-8');
   const text = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8');
@@ -90,7 +98,12 @@ export function handleTrackBody(raw: Uint8Array, gzipped: boolean, limits: Track
     return refuse('validation_failed', `${n} invalid track point${n === 1 ? '' : 's'}`, count, result.details);
   }
 
-  const batch = encodePoints(result.points);
+  return enqueue(encodePoints(result.points), limits, sink, ticket);
+}
+
+/** Hands the messages of an accepted request to the producer: all or none. */
+function enqueue(batch: EncodedPoints, limits: TrackLimits, sink: PointSink, ticket: DeliveryTicket | null): TrackOutcome {
+  const count = batch.count;
   const refusal = sink.tryEnqueue(batch, ticket);
   if (refusal === null) return { status: 202, body: '{"accepted":' + count + '}', points: count, awaitingDelivery: ticket !== null };
   if (refusal === 'message_too_large') {

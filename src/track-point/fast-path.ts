@@ -12,7 +12,8 @@
 // generated input, that it accepts exactly what zod accepts and outputs what zod outputs.
 import type { z } from 'zod';
 
-type Field = { key: string; accepts: (value: unknown) => boolean; absent: { value: unknown } | null };
+/** One field of the schema as the fast paths read it: its JSON type, its predicate, its default. */
+export type Field = { key: string; kind: 'string' | 'number'; accepts: (value: unknown) => boolean; absent: { value: unknown } | null };
 
 /** Reads one field's schema: its predicate, and the default taken when the field is absent. */
 function compileField(key: string, schema: z.core.$ZodType): Field {
@@ -44,7 +45,7 @@ function compileField(key: string, schema: z.core.$ZodType): Field {
     // zod's number rejects NaN and ±Infinity (JSON.parse turns 1e400 into Infinity).
     const inRange = (v: unknown): v is number =>
       typeof v === 'number' && Number.isFinite(v) && (minInclusive ? v >= min : v > min) && (maxInclusive ? v <= max : v < max);
-    return { key, absent: null, accepts: withCustom(inRange, custom) };
+    return { key, kind: 'number', absent: null, accepts: withCustom(inRange, custom) };
   }
   if (def.type === 'string') {
     let minLength = 0;
@@ -58,7 +59,7 @@ function compileField(key: string, schema: z.core.$ZodType): Field {
       else throw unknown(key, `check ${c.check}`);
     }
     const inLength = (v: unknown): v is string => typeof v === 'string' && v.length >= minLength && v.length <= maxLength;
-    return { key, absent: null, accepts: withCustom(inLength, custom) };
+    return { key, kind: 'string', absent: null, accepts: withCustom(inLength, custom) };
   }
   throw unknown(key, `type ${def.type}`);
 }
@@ -96,14 +97,7 @@ function unknown(key: string, what: string): Error {
  * code generation (--disallow-code-generation-from-strings), takes the interpreted loop.
  */
 export function compileFastPath<T>(schema: z.ZodObject, options: { generate: boolean } = { generate: true }): (input: readonly unknown[]) => T[] | null {
-  const def = schema._zod.def;
-  if (def.catchall !== undefined) throw unknown('(any)', 'a catchall');
-  const fields = Object.entries(def.shape).map(([key, field]) => compileField(key, field));
-  for (const field of fields) {
-    // An object literal's "__proto__" sets the prototype; a shared object default could be mutated.
-    if (field.key === '__proto__') throw unknown(field.key, 'the key __proto__');
-    if (field.absent !== null && typeof field.absent.value === 'object' && field.absent.value !== null) throw unknown(field.key, 'a default that is an object');
-  }
+  const fields = compileFields(schema);
   if (options.generate) {
     try {
       return generated<T>(fields);
@@ -112,6 +106,19 @@ export function compileFastPath<T>(schema: z.ZodObject, options: { generate: boo
     }
   }
   return interpreted<T>(fields);
+}
+
+/** The fields of an object schema of strings and numbers, in the schema's order (zod's output order). */
+export function compileFields(schema: z.ZodObject): Field[] {
+  const def = schema._zod.def;
+  if (def.catchall !== undefined) throw unknown('(any)', 'a catchall');
+  const fields = Object.entries(def.shape).map(([key, field]) => compileField(key, field));
+  for (const field of fields) {
+    // An object literal's "__proto__" sets the prototype; a shared object default could be mutated.
+    if (field.key === '__proto__') throw unknown(field.key, 'the key __proto__');
+    if (field.absent !== null && typeof field.absent.value === 'object' && field.absent.value !== null) throw unknown(field.key, 'a default that is an object');
+  }
+  return fields;
 }
 
 function generated<T>(fields: Field[]): (input: readonly unknown[]) => T[] | null {

@@ -1,0 +1,452 @@
+// The single pass for bodies of valid points: from the request's bytes to the Kafka messages without
+// JSON.parse, without a JavaScript object per point, and without turning numbers into doubles and
+// back into text.
+//
+// Why: at 100 points per request, decoding and parsing the body, validating and encoding cost
+// 1.6 µs of CPU per point together (`make bench-floor`), more than librdkafka's threads. Most of it is
+// building objects and strings that live for one request, and writing numbers back as text that the
+// body already holds. The value of a message is the point as JSON.stringify writes zod's output
+// (encode.ts), and for an ordinary body that is mostly the body's own bytes in another order.
+//
+// What it takes: a JSON array of objects whose known fields are printable-ASCII strings without
+// escapes and plain numbers (no exponent, at most 15 significant digits), whose other fields are
+// scalars, each field at most once, with any JSON whitespace; every point valid. Everything else
+// (an invalid point, an escape, non-ASCII text, 1e5, a duplicate key, an empty array, more than
+// MAX_POINTS) returns null, and the caller takes the general path: JSON.parse, the schema, encode.ts.
+// That path decides every answer that is not 202, so error messages have one source.
+//
+// The rules are the schema's: the same per-field predicates as the validation fast path
+// (fast-path.ts), on the same values JSON.parse would give. test/unit/track-point/single-pass.test.ts
+// checks on generated bodies that whatever this accepts, the general path accepts with the same bytes.
+import type { z } from 'zod';
+import type { EncodedPoints } from './encode.js';
+import { compileFields } from './fast-path.js';
+import { TrackPointSchema, type TrackPoint } from './schema.js';
+
+const TAB = 9;
+const LF = 10;
+const CR = 13;
+const SPACE = 32;
+const QUOTE = 34;
+const COMMA = 44;
+const MINUS = 45;
+const DOT = 46;
+const ZERO = 48;
+const NINE = 57;
+const COLON = 58;
+const OPEN_ARRAY = 91;
+const BACKSLASH = 92;
+const CLOSE_ARRAY = 93;
+const OPEN_OBJECT = 123;
+const CLOSE_OBJECT = 125;
+
+/**
+ * Significant digits a number may have here. Two decimals of at most 15 significant digits are never
+ * the same double (DBL_DIG), so such a decimal, trailing zeros dropped, is the shortest text that
+ * reads back as its double: what Number::toString, and so JSON.stringify, writes for it, when
+ * 1e-6 ≤ |x| < 1e21 (fixed notation). Its digits r < 10^15 are an exact double, as is 10^k, so r / 10^k
+ * is correctly rounded: the double JSON.parse gives.
+ */
+const MAX_DIGITS = 15;
+/** Zeros after the point before the first significant digit: 0.000001 is written so, 0.0000001 as 1e-7. */
+const MAX_LEADING_ZEROS = 5;
+/** Exact powers of ten (text to double is correctly rounded, and 10^k is exact for k ≤ 22). */
+const POW10 = Float64Array.from({ length: MAX_DIGITS + 1 }, (_, k) => Number(`1e${k}`));
+
+const bytesOf = (text: string) => Uint8Array.from(Buffer.from(text, 'utf8'));
+
+/**
+ * Scratch space reused by every request of this worker, as in encode.ts: the result views buffers
+ * that the next call overwrites (produceBatch copies every message into librdkafka).
+ */
+let out = Buffer.allocUnsafe(256 * 1024);
+let valueEndsScratch = new Uint32Array(1024);
+let keyEndsScratch = new Uint32Array(1024);
+let keyStarts = new Uint32Array(1024);
+let keyStops = new Uint32Array(1024);
+
+function reserve(used: number, more: number): void {
+  if (used + more <= out.length) return;
+  const bigger = Buffer.allocUnsafe(Math.max(used + more, out.length * 2));
+  out.copy(bigger, 0, 0, used);
+  out = bigger;
+}
+
+function growPointScratch(count: number): void {
+  const size = Math.max(count, valueEndsScratch.length * 2);
+  const grow = (a: Uint32Array) => {
+    const b = new Uint32Array(size);
+    b.set(a);
+    return b;
+  };
+  valueEndsScratch = grow(valueEndsScratch);
+  keyEndsScratch = grow(keyEndsScratch);
+  keyStarts = grow(keyStarts);
+  keyStops = grow(keyStops);
+}
+
+function skipWhitespace(b: Uint8Array, i: number): number {
+  for (;;) {
+    const c = b[i];
+    if (c !== SPACE && c !== LF && c !== CR && c !== TAB) return i;
+    i++;
+  }
+}
+
+/** The end of a string of printable ASCII without escapes that starts after the quote at i - 1, or -1. */
+function plainStringEnd(b: Uint8Array, i: number): number {
+  for (;;) {
+    const c = b[i];
+    if (c === QUOTE) return i;
+    // undefined (past the end) fails both comparisons too.
+    if (!(c !== undefined && c >= SPACE && c <= 126 && c !== BACKSLASH)) return -1;
+    i++;
+  }
+}
+
+function isDigit(c: number | undefined): boolean {
+  return c !== undefined && c >= ZERO && c <= NINE;
+}
+
+/** Past a value of a field the schema does not know (dropped, as zod drops it): a JSON scalar, or -1. */
+function skipScalar(b: Uint8Array, i: number): number {
+  const c = b[i];
+  if (c === QUOTE) {
+    for (i++; ; i++) {
+      const d = b[i];
+      if (d === QUOTE) return i + 1;
+      if (d === undefined || d < SPACE || d > 126) return -1;
+      if (d === BACKSLASH) {
+        const e = b[++i];
+        if (e === 117 /* u */) {
+          for (let k = 1; k <= 4; k++) if (!isHex(b[i + k])) return -1;
+          i += 4;
+        } else if (e !== QUOTE && e !== BACKSLASH && e !== 47 && e !== 98 && e !== 102 && e !== 110 && e !== 114 && e !== 116) return -1;
+      }
+    }
+  }
+  if (c === MINUS || isDigit(c)) {
+    if (c === MINUS) i++;
+    if (b[i] === ZERO) i++;
+    else if (isDigit(b[i])) while (isDigit(b[i])) i++;
+    else return -1;
+    if (b[i] === DOT) {
+      if (!isDigit(b[++i])) return -1;
+      while (isDigit(b[i])) i++;
+    }
+    if (b[i] === 101 || b[i] === 69) {
+      i++;
+      if (b[i] === 43 || b[i] === MINUS) i++;
+      if (!isDigit(b[i])) return -1;
+      while (isDigit(b[i])) i++;
+    }
+    return i;
+  }
+  for (const literal of LITERALS) {
+    if (c !== literal[0]) continue;
+    for (let k = 1; k < literal.length; k++) if (b[i + k] !== literal[k]) return -1;
+    return i + literal.length;
+  }
+  return -1;
+}
+
+const LITERALS = ['true', 'false', 'null'].map(bytesOf);
+
+function isHex(c: number | undefined): boolean {
+  return c !== undefined && ((c >= ZERO && c <= NINE) || (c >= 65 && c <= 70) || (c >= 97 && c <= 102));
+}
+
+/**
+ * Compiles the single pass for an object schema of strings and numbers. keyField names the string
+ * field whose text is the message key.
+ */
+export function compileSinglePass(schema: z.ZodObject, keyField: string): (body: Uint8Array, maxPoints: number) => EncodedPoints | null {
+  const fields = compileFields(schema);
+  const count = fields.length;
+  if (count > 30) throw new Error(`the single pass (src/track-point/single-pass.ts) keeps a bit per field: ${count} fields is too many`);
+  const keyIndex = fields.findIndex((f) => f.key === keyField);
+  if (keyIndex < 0 || fields[keyIndex]?.kind !== 'string') throw new Error(`the message key ${keyField} is not a string field of the schema`);
+
+  const names = fields.map((f) => bytesOf(f.key));
+  const isString = fields.map((f) => f.kind === 'string');
+  const accepts = fields.map((f) => f.accepts);
+  // What JSON.stringify writes before each value of zod's output, whose keys are in the schema's order.
+  const prefixes = fields.map((f, j) => bytesOf(`${j === 0 ? '{' : ','}${JSON.stringify(f.key)}:${f.kind === 'string' ? '"' : ''}`));
+  const defaults = fields.map((f) => (f.absent === null ? null : bytesOf(JSON.stringify(f.absent.value))));
+  let required = 0;
+  fields.forEach((f, j) => {
+    if (f.absent === null) required |= 1 << j;
+  });
+  const all = (1 << count) - 1;
+  /** Number::toString writes at most 25 characters (-1.2345678901234567e-300), and 1e20 takes 21 for 4. */
+  const NUMBER_TEXT = 25;
+  const fixedBytes = prefixes.reduce((n, p) => n + p.length, 0) + defaults.reduce((n, d) => n + (d?.length ?? 0), 0) + (NUMBER_TEXT + 2) * count;
+
+  // Where each field of the current point sits in the body. A string: [start, end). A number: its
+  // sign, integer digits [start, end) ("0" as an empty range), and `decimals` significant decimals
+  // from decimalStart (trailing zeros dropped).
+  const start = new Uint32Array(count);
+  const end = new Uint32Array(count);
+  const negative = new Uint8Array(count);
+  const decimalStart = new Uint32Array(count);
+  const decimals = new Uint8Array(count);
+  const isZero = new Uint8Array(count);
+  /** A number outside the plain form: its text as Number::toString writes it. */
+  const numberText: (string | null)[] = fields.map(() => null);
+  /** Whether the number readNumber read last is written as Number::toString would write it. */
+  let numberAsWritten = true;
+
+  /** The field whose name is b[from, to), or -1. */
+  function fieldOf(b: Uint8Array, from: number, to: number): number {
+    const length = to - from;
+    for (let j = 0; j < count; j++) {
+      const name = names[j] as Uint8Array;
+      if (name.length !== length) continue;
+      let k = 0;
+      while (k < length && b[from + k] === name[k]) k++;
+      if (k === length) return j;
+    }
+    return -1;
+  }
+
+  /** Reads the number at i into field j's slots: its end, or -1 when it is not a valid value of j. */
+  function readNumber(b: Uint8Array, text: string, i: number, j: number): number {
+    const numberStart = i;
+    let sign = 0;
+    if (b[i] === MINUS) {
+      sign = 1;
+      i++;
+    }
+    const intStart = i;
+    let r = 0;
+    let digits = 0;
+    if (b[i] === ZERO) i++;
+    else if (isDigit(b[i])) {
+      for (let c = b[i] as number; c >= ZERO && c <= NINE; c = b[++i] as number) r = r * 10 + (c - ZERO);
+      digits = i - intStart;
+    } else return -1;
+    const intEnd = b[intStart] === ZERO ? intStart : i;
+    let kept = 0; // decimals up to the last that is not 0
+    let leadingZeros = -1; // decimals before the first that is not 0
+    let trimmed = r;
+    const fraction = i + 1;
+    let fractionEnd = fraction;
+    if (b[i] === DOT) {
+      i++;
+      if (!isDigit(b[i])) return -1;
+      for (let c = b[i] as number; c >= ZERO && c <= NINE; c = b[++i] as number) {
+        r = r * 10 + (c - ZERO);
+        if (c !== ZERO) {
+          kept = i + 1 - fraction;
+          trimmed = r;
+          if (leadingZeros < 0) leadingZeros = i - fraction;
+        }
+      }
+      fractionEnd = i;
+    }
+    let exponent = false;
+    if (b[i] === 101 || b[i] === 69 /* e, E */) {
+      exponent = true;
+      i++;
+      if (b[i] === 43 /* + */ || b[i] === MINUS) i++;
+      if (!isDigit(b[i])) return -1;
+      while (isDigit(b[i])) i++;
+    }
+
+    let value: number;
+    if (!exponent && digits + kept <= MAX_DIGITS && !(digits === 0 && leadingZeros > MAX_LEADING_ZEROS)) {
+      const magnitude = trimmed / (POW10[kept] as number);
+      value = sign === 1 ? -magnitude : magnitude;
+      numberText[j] = null;
+      negative[j] = sign;
+      start[j] = intStart;
+      end[j] = intEnd;
+      decimalStart[j] = fraction;
+      decimals[j] = kept;
+      isZero[j] = trimmed === 0 ? 1 : 0;
+      // As written, unless it has trailing decimal zeros or is -0.
+      numberAsWritten = fractionEnd - fraction === kept && !(sign === 1 && trimmed === 0);
+    } else {
+      // Any other JSON number: Number() reads JSON's number grammar to the same double as JSON.parse.
+      const written = text.slice(numberStart, i);
+      value = Number(written);
+      const canonical = '' + value;
+      numberText[j] = canonical;
+      numberAsWritten = canonical === written;
+    }
+    return (accepts[j] as (v: unknown) => boolean)(value) ? i : -1;
+  }
+
+  /** Reads the string at i (its opening quote) into field j's slots: its end, or -1 when it is not a valid value of j. */
+  function readString(b: Uint8Array, text: string, i: number, j: number): number {
+    if (b[i] !== QUOTE) return -1;
+    const stringEnd = plainStringEnd(b, i + 1);
+    if (stringEnd < 0 || !(accepts[j] as (v: unknown) => boolean)(text.slice(i + 1, stringEnd))) return -1;
+    start[j] = i + 1;
+    end[j] = stringEnd;
+    return stringEnd + 1;
+  }
+
+  /**
+   * The end of the object at i when it is written as its message value will be: the schema's fields
+   * in order, each after the same bytes as JSON.stringify writes before it (prefixes), nothing else,
+   * every value valid and every number as Number::toString writes it. Otherwise -1.
+   */
+  function readAsWritten(b: Uint8Array, text: string, i: number): number {
+    for (let j = 0; j < count; j++) {
+      const prefix = prefixes[j] as Uint8Array;
+      const n = prefix.length;
+      for (let k = 0; k < n; k++) if (b[i + k] !== prefix[k]) return -1;
+      i += n;
+      if (isString[j]) {
+        // The prefix holds the opening quote.
+        i = readString(b, text, i - 1, j);
+        if (i < 0) return -1;
+      } else {
+        i = readNumber(b, text, i, j);
+        if (i < 0 || !numberAsWritten) return -1;
+      }
+    }
+    return b[i] === CLOSE_OBJECT ? i + 1 : -1;
+  }
+
+  /** Writes the message value of the point whose fields are in the slots; the end of it. */
+  function writeValue(b: Uint8Array, p: number, seen: number): number {
+    const o = out;
+    for (let j = 0; j < count; j++) {
+      const prefix = prefixes[j] as Uint8Array;
+      for (let k = 0; k < prefix.length; k++) o[p++] = prefix[k] as number;
+      const text = numberText[j];
+      if ((seen & (1 << j)) === 0) {
+        const value = defaults[j] as Uint8Array;
+        for (let k = 0; k < value.length; k++) o[p++] = value[k] as number;
+      } else if (isString[j]) {
+        const to = end[j] as number;
+        for (let k = start[j] as number; k < to; k++) o[p++] = b[k] as number;
+        o[p++] = QUOTE;
+      } else if (text !== null && text !== undefined) {
+        for (let k = 0; k < text.length; k++) o[p++] = text.charCodeAt(k);
+      } else if (isZero[j] === 1) {
+        o[p++] = ZERO; // also for -0, as Number::toString writes it
+      } else {
+        if (negative[j] === 1) o[p++] = MINUS;
+        const from = start[j] as number;
+        const to = end[j] as number;
+        if (from === to) o[p++] = ZERO;
+        else for (let k = from; k < to; k++) o[p++] = b[k] as number;
+        const n = decimals[j] as number;
+        if (n > 0) {
+          o[p++] = DOT;
+          const d = decimalStart[j] as number;
+          for (let k = 0; k < n; k++) o[p++] = b[d + k] as number;
+        }
+      }
+    }
+    o[p++] = CLOSE_OBJECT;
+    return p;
+  }
+
+  return function encodeValidBody(body: Uint8Array, maxPoints: number): EncodedPoints | null {
+    // A plain Uint8Array whatever the caller has (a Buffer, a view of uWebSockets.js' memory): one
+    // shape at every byte read, and subarray() without Buffer's constructor.
+    const b = new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
+    let i = skipWhitespace(b, 0);
+    if (b[i] !== OPEN_ARRAY) return null;
+    i = skipWhitespace(b, i + 1);
+    if (b[i] !== OPEN_OBJECT) return null; // [] and anything that is not an object: the general path
+    // The strings the predicates see. Only printable ASCII is taken, so Latin-1 decodes it as UTF-8 would.
+    const text = Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('latin1');
+    let points = 0;
+    let p = 0;
+    let largestValue = 0;
+    for (;;) {
+      if (points === maxPoints) return null;
+      if (b[i] !== OPEN_OBJECT) return null;
+      const objectStart = i;
+      // The object is the message value as it stands when it is what JSON.stringify writes for zod's
+      // output (JSON.stringify's own clients send exactly that): then it is copied whole.
+      let seen = all;
+      const asWritten = readAsWritten(b, text, i);
+      if (asWritten >= 0) i = asWritten;
+      else {
+        i = skipWhitespace(b, i + 1);
+        seen = 0;
+        if (b[i] !== CLOSE_OBJECT) {
+          for (;;) {
+            if (b[i] !== QUOTE) return null;
+            const nameEnd = plainStringEnd(b, i + 1);
+            if (nameEnd < 0) return null;
+            const j = fieldOf(b, i + 1, nameEnd);
+            i = skipWhitespace(b, nameEnd + 1);
+            if (b[i] !== COLON) return null;
+            i = skipWhitespace(b, i + 1);
+            if (j < 0) i = skipScalar(b, i);
+            else {
+              // JSON.parse keeps the last of duplicate keys: rare enough to leave to it.
+              if ((seen & (1 << j)) !== 0) return null;
+              seen |= 1 << j;
+              i = isString[j] ? readString(b, text, i, j) : readNumber(b, text, i, j);
+            }
+            if (i < 0) return null;
+            i = skipWhitespace(b, i);
+            if (b[i] === COMMA) {
+              i = skipWhitespace(b, i + 1);
+              continue;
+            }
+            if (b[i] !== CLOSE_OBJECT) return null;
+            break;
+          }
+        }
+        if ((seen & required) !== required) return null;
+        i++;
+      }
+
+      if (points === valueEndsScratch.length) growPointScratch(points + 1);
+      // A value holds at most the point's own bytes, the field prefixes and defaults, and the text
+      // of its numbers as Number::toString writes them.
+      reserve(p, fixedBytes + (i - objectStart));
+      const valueStart = p;
+      if (asWritten >= 0) {
+        out.set(b.subarray(objectStart, i), p);
+        p += i - objectStart;
+      } else p = writeValue(b, p, seen);
+      valueEndsScratch[points] = p;
+      if (p - valueStart > largestValue) largestValue = p - valueStart;
+      keyStarts[points] = start[keyIndex] as number;
+      keyStops[points] = end[keyIndex] as number;
+      points++;
+
+      i = skipWhitespace(b, i);
+      if (b[i] === COMMA) {
+        i = skipWhitespace(b, i + 1);
+        continue;
+      }
+      if (b[i] !== CLOSE_ARRAY) return null;
+      break;
+    }
+    if (skipWhitespace(b, i + 1) !== b.length) return null;
+
+    // The keys after the values, as encode.ts lays them out.
+    let keyBytes = 0;
+    for (let k = 0; k < points; k++) keyBytes += (keyStops[k] as number) - (keyStarts[k] as number);
+    reserve(p, keyBytes);
+    const o = out;
+    for (let k = 0; k < points; k++) {
+      const to = keyStops[k] as number;
+      for (let q = keyStarts[k] as number; q < to; q++) o[p++] = b[q] as number;
+      keyEndsScratch[k] = p;
+    }
+    return {
+      count: points,
+      data: out.subarray(0, p),
+      valueEnds: valueEndsScratch.subarray(0, points),
+      keyEnds: keyEndsScratch.subarray(0, points),
+      bytes: p,
+      largestValue,
+    };
+  };
+}
+
+const keyField: keyof TrackPoint = 'container_id';
+/** The single pass of the track-point schema: the messages of a body of valid points, or null. */
+export const encodeValidBody = compileSinglePass(TrackPointSchema, keyField);
