@@ -2,22 +2,25 @@
 // JSON.parse, without a JavaScript object per point, and without turning numbers into doubles and
 // back into text.
 //
-// Why: at 100 points per request, decoding and parsing the body, validating and encoding cost
-// 1.6 µs of CPU per point together (`make bench-floor`), more than librdkafka's threads. Most of it is
-// building objects and strings that live for one request, and writing numbers back as text that the
+// Why: at 100 points per request, decoding and parsing the body, validating and encoding cost about
+// 1.5 µs of CPU per point together (`make bench-floor`), as much as librdkafka's threads. Most of it
+// builds objects and strings that live for one request and writes numbers back as text that the
 // body already holds. The value of a message is the point as JSON.stringify writes zod's output
-// (encode.ts), and for an ordinary body that is mostly the body's own bytes in another order.
+// (encode.ts): for a body that JSON.stringify wrote, that is the point's own bytes.
 //
-// What it takes: a JSON array of objects whose known fields are printable-ASCII strings without
-// escapes and plain numbers (no exponent, at most 15 significant digits), whose other fields are
-// scalars, each field at most once, with any JSON whitespace; every point valid. Everything else
-// (an invalid point, an escape, non-ASCII text, 1e5, a duplicate key, an empty array, more than
-// MAX_POINTS) returns null, and the caller takes the general path: JSON.parse, the schema, encode.ts.
-// That path decides every answer that is not 202, so error messages have one source.
+// What it takes: a JSON array of objects whose known fields hold printable-ASCII strings without
+// escapes and numbers, whose other fields hold scalars, each field at most once, with any JSON
+// whitespace; every point valid. An object written exactly as its message value (the schema's fields
+// in order and no other, no whitespace, numbers as Number::toString writes them) is copied whole;
+// any other is written field by field. Everything else (an invalid point, an escape, non-ASCII
+// text, a nested value, a duplicate key, an empty array, more than MAX_POINTS) returns null, and the
+// caller takes the general path: UTF-8 check, JSON.parse, the schema, encode.ts. That path decides
+// every answer but 202, so error messages keep one source. Every byte taken here is ASCII, so the
+// body taken is valid UTF-8.
 //
-// The rules are the schema's: the same per-field predicates as the validation fast path
-// (fast-path.ts), on the same values JSON.parse would give. test/unit/track-point/single-pass.test.ts
-// checks on generated bodies that whatever this accepts, the general path accepts with the same bytes.
+// The rules are the schema's: the per-field predicates of the validation fast path (fast-path.ts),
+// on the values JSON.parse would give. test/unit/track-point/single-pass.test.ts checks on generated
+// bodies that whatever this takes, the general path accepts with the same messages, byte for byte.
 import type { z } from 'zod';
 import type { EncodedPoints } from './encode.js';
 import { compileFields } from './fast-path.js';
@@ -41,7 +44,7 @@ const OPEN_OBJECT = 123;
 const CLOSE_OBJECT = 125;
 
 /**
- * Significant digits a number may have here. Two decimals of at most 15 significant digits are never
+ * Significant digits of a plain number, read digit by digit (any other goes through Number()). Two decimals of at most 15 significant digits are never
  * the same double (DBL_DIG), so such a decimal, trailing zeros dropped, is the shortest text that
  * reads back as its double: what Number::toString, and so JSON.stringify, writes for it, when
  * 1e-6 ≤ |x| < 1e21 (fixed notation). Its digits r < 10^15 are an exact double, as is 10^k, so r / 10^k
