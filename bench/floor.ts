@@ -112,7 +112,7 @@ async function produce(topic: string, handover: Handover, reports: Reports): Pro
   const batch = handover === 'produce()' ? 1 : handover.batch;
   const requests = Array.from({ length: POINTS / batch }, (_, r) => {
     const e = encodePoints(valid.points.slice(r * batch, (r + 1) * batch));
-    return { data: Buffer.from(e.data), valueEnds: e.valueEnds.slice(), keyEnds: e.keyEnds.slice() };
+    return { data: Buffer.from(e.data), messages: e.messages.slice() };
   });
   const { keys, values } = messagesOf(encodePoints(valid.points));
 
@@ -126,7 +126,7 @@ async function produce(topic: string, handover: Handover, reports: Reports): Pro
     } else {
       for (let r = 0; sent < end; sent += batch, r = (r + 1) % requests.length) {
         const req = requests[r]!;
-        producer.produceBatch(topic, req.data, req.valueEnds, req.keyEnds, now);
+        producer.produceBatch(topic, req.data, req.messages, now);
       }
     }
     await new Promise((r) => setTimeout(r, 20));

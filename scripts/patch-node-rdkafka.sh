@@ -22,15 +22,27 @@ if [[ $version != 3.6.1 ]]; then
   exit 1
 fi
 
-if grep -q NodeProduceBatch "$module/src/producer.cc"; then
+# A string that this version of the patch writes into the sources and, as an error message, into the
+# addon: an install patched by an earlier version of patches/ lacks it.
+marker='value start, value end, key start, key end'
+if grep -q "$marker" "$module/src/producer.cc"; then
   echo "patch-node-rdkafka.sh: node-rdkafka sources already patched"
 else
+  if grep -q NodeProduceBatch "$module/src/producer.cc"; then
+    # Patched by an earlier version: put back the package's own files (npm's cache has the package),
+    # then apply this one.
+    pristine=$(mktemp -d)
+    (cd "$pristine" && npm pack "node-rdkafka@$version" --silent >/dev/null && tar -xzf "node-rdkafka-$version.tgz")
+    for file in $(sed -n 's|^+++ b/||p' "$patch_file"); do cp "$pristine/package/$file" "$module/$file"; done
+    rm -rf "$pristine"
+    echo "patch-node-rdkafka.sh: restored the files an earlier version of the patch changed"
+  fi
   # --forward: refuse (not reverse) a patch that seems applied already; a partial state fails loudly.
   patch --directory="$module" --strip=1 --forward --quiet <"$patch_file"
   echo "patch-node-rdkafka.sh: applied $(basename "$patch_file")"
 fi
 
-if [[ -f $addon ]] && grep -q produceBatch "$addon"; then
+if [[ -f $addon ]] && grep -q "$marker" "$addon"; then
   echo "patch-node-rdkafka.sh: the addon has produceBatch"
   exit 0
 fi
@@ -47,5 +59,5 @@ if ! (cd "$module" && "${gyp[@]}" build) >"$log" 2>&1; then
   echo "patch-node-rdkafka.sh: node-gyp build failed (above: the end of its output)" >&2
   exit 1
 fi
-grep -q produceBatch "$addon" || { echo "patch-node-rdkafka.sh: rebuilt addon lacks produceBatch" >&2; exit 1; }
+grep -q "$marker" "$addon" || { echo "patch-node-rdkafka.sh: rebuilt addon lacks this produceBatch" >&2; exit 1; }
 echo "patch-node-rdkafka.sh: node-rdkafka addon rebuilt with produceBatch"

@@ -222,11 +222,11 @@ export class TrackProducer {
     const now = Date.now();
     try {
       if (ticket === null) {
-        this.producer.produceBatch(this.topic, batch.data, batch.valueEnds, batch.keyEnds, now);
+        this.producer.produceBatch(this.topic, batch.data, batch.messages, now);
       } else {
         ticket.remaining = count;
         ticket.enqueuedAt = performance.now();
-        this.producer.produceBatch(this.topic, batch.data, batch.valueEnds, batch.keyEnds, now, ticket);
+        this.producer.produceBatch(this.topic, batch.data, batch.messages, now, ticket);
       }
     } catch (err) {
       // Only the points already queued will report: the request is answered 500 now, not by settle().

@@ -11,16 +11,15 @@
 import type { TrackPoint } from './schema.js';
 
 /**
- * The points of one request, encoded as the producer hands them to librdkafka in one call
- * (Producer#produceBatch, patches/): the values one after the other, then the keys, in one buffer.
- * Message i's value is data[valueEnds[i-1] (0 for i = 0), valueEnds[i]) and its key
- * data[keyEnds[i-1] (valueEnds[count-1] for i = 0), keyEnds[i]); messagesOf() reads them back.
+ * The messages of one request, as the producer hands them to librdkafka in one call
+ * (Producer#produceBatch, patches/): bytes in one buffer, and four offsets per message into it.
+ * Message i's value is data[messages[4i], messages[4i+1]) and its key
+ * data[messages[4i+2], messages[4i+3]); messagesOf() reads them back.
  */
 export interface EncodedPoints {
   readonly count: number;
-  readonly data: Buffer;
-  readonly valueEnds: Uint32Array;
-  readonly keyEnds: Uint32Array;
+  readonly data: Uint8Array;
+  readonly messages: Uint32Array;
   /** Sum of value and key bytes: what the producer's queue accounting counts. */
   readonly bytes: number;
   /** The largest single value, checked against the broker's message size limit. */
@@ -34,8 +33,7 @@ export interface EncodedPoints {
  * request is enqueued.
  */
 let out = Buffer.allocUnsafe(256 * 1024);
-let valueEndsScratch = new Uint32Array(1024);
-let keyEndsScratch = new Uint32Array(1024);
+let messagesScratch = new Uint32Array(4 * 1024);
 
 const bytesOf = (text: string) => Uint8Array.from(text, (ch) => ch.charCodeAt(0));
 const OPEN = bytesOf('{"container_id":');
@@ -58,12 +56,8 @@ const VALUE_OVERHEAD = 192;
  */
 export function encodePoints(points: readonly TrackPoint[]): EncodedPoints {
   const count = points.length;
-  if (valueEndsScratch.length < count) {
-    valueEndsScratch = new Uint32Array(count);
-    keyEndsScratch = new Uint32Array(count);
-  }
-  const valueEnds = valueEndsScratch.subarray(0, count);
-  const keyEnds = keyEndsScratch.subarray(0, count);
+  if (messagesScratch.length < 4 * count) messagesScratch = new Uint32Array(4 * count);
+  const messages = messagesScratch.subarray(0, 4 * count);
   let p = 0;
   let largestValue = 0;
   for (let i = 0; i < count; i++) {
@@ -84,16 +78,19 @@ export function encodePoints(points: readonly TrackPoint[]): EncodedPoints {
     p = writeBytes(SPEED, p);
     p = writeNumber(point.speed, p);
     out[p++] = 125; /* } */
-    valueEnds[i] = p;
+    messages[4 * i] = start;
+    messages[4 * i + 1] = p;
     if (p - start > largestValue) largestValue = p - start;
   }
+  // The keys after the values.
   for (let i = 0; i < count; i++) {
     const id = (points[i] as TrackPoint).container_id;
     reserve(p, 3 * id.length);
+    messages[4 * i + 2] = p;
     p = writeKey(id, p);
-    keyEnds[i] = p;
+    messages[4 * i + 3] = p;
   }
-  return { count, data: out.subarray(0, p), valueEnds, keyEnds, bytes: p, largestValue };
+  return { count, data: out.subarray(0, p), messages, bytes: p, largestValue };
 }
 
 /** Grows the scratch buffer, keeping its first `used` bytes, until `more` bytes fit after them. */
@@ -200,15 +197,11 @@ function writeNumber(x: number, p: number): number {
 export function messagesOf(batch: EncodedPoints): { keys: string[]; values: Buffer[] } {
   const keys: string[] = [];
   const values: Buffer[] = [];
-  let value = 0;
-  let key = batch.valueEnds[batch.count - 1] ?? 0;
+  const data = Buffer.from(batch.data.buffer, batch.data.byteOffset, batch.data.byteLength);
   for (let i = 0; i < batch.count; i++) {
-    const valueEnd = batch.valueEnds[i] ?? 0;
-    const keyEnd = batch.keyEnds[i] ?? 0;
-    values.push(Buffer.from(batch.data.subarray(value, valueEnd)));
-    keys.push(batch.data.toString('utf8', key, keyEnd));
-    value = valueEnd;
-    key = keyEnd;
+    const m = batch.messages.subarray(4 * i, 4 * i + 4);
+    values.push(Buffer.from(data.subarray(m[0], m[1])));
+    keys.push(data.toString('utf8', m[2], m[3]));
   }
   return { keys, values };
 }

@@ -59,14 +59,12 @@ const POW10 = Float64Array.from({ length: MAX_DIGITS + 1 }, (_, k) => Number(`1e
 const bytesOf = (text: string) => Uint8Array.from(Buffer.from(text, 'utf8'));
 
 /**
- * Scratch space reused by every request of this worker, as in encode.ts: the result views buffers
- * that the next call overwrites (produceBatch copies every message into librdkafka).
+ * Where the values of points that are not copied as they stand are written, after a copy of the
+ * body (so that one buffer holds every message). Reused by every request of this worker, as in
+ * encode.ts: a result views it until the next call (produceBatch copies every message into librdkafka).
  */
 let out = Buffer.allocUnsafe(256 * 1024);
-let valueEndsScratch = new Uint32Array(1024);
-let keyEndsScratch = new Uint32Array(1024);
-let keyStarts = new Uint32Array(1024);
-let keyStops = new Uint32Array(1024);
+let messagesScratch = new Uint32Array(4 * 1024);
 
 function reserve(used: number, more: number): void {
   if (used + more <= out.length) return;
@@ -75,17 +73,10 @@ function reserve(used: number, more: number): void {
   out = bigger;
 }
 
-function growPointScratch(count: number): void {
-  const size = Math.max(count, valueEndsScratch.length * 2);
-  const grow = (a: Uint32Array) => {
-    const b = new Uint32Array(size);
-    b.set(a);
-    return b;
-  };
-  valueEndsScratch = grow(valueEndsScratch);
-  keyEndsScratch = grow(keyEndsScratch);
-  keyStarts = grow(keyStarts);
-  keyStops = grow(keyStops);
+function growMessages(): void {
+  const bigger = new Uint32Array(messagesScratch.length * 2);
+  bigger.set(messagesScratch);
+  messagesScratch = bigger;
 }
 
 function skipWhitespace(b: Uint8Array, i: number): number {
@@ -360,7 +351,8 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
     // The strings the predicates see. Only printable ASCII is taken, so Latin-1 decodes it as UTF-8 would.
     const text = Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('latin1');
     let points = 0;
-    let p = 0;
+    let p = 0; // bytes used in `out`: 0 while every value stands in the body as it is
+    let bytes = 0;
     let largestValue = 0;
     for (;;) {
       if (points === maxPoints) return null;
@@ -404,19 +396,32 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
         i++;
       }
 
-      if (points === valueEndsScratch.length) growPointScratch(points + 1);
-      // A value holds at most the point's own bytes, the field prefixes and defaults, and the text
-      // of its numbers as Number::toString writes them.
-      reserve(p, fixedBytes + (i - objectStart));
-      const valueStart = p;
+      if (4 * points === messagesScratch.length) growMessages();
+      const m = 4 * points;
       if (asWritten >= 0) {
-        out.set(b.subarray(objectStart, i), p);
-        p += i - objectStart;
-      } else p = writeValue(b, p, seen);
-      valueEndsScratch[points] = p;
-      if (p - valueStart > largestValue) largestValue = p - valueStart;
-      keyStarts[points] = start[keyIndex] as number;
-      keyStops[points] = end[keyIndex] as number;
+        // The value is the object as it stands in the body: no copy here.
+        messagesScratch[m] = objectStart;
+        messagesScratch[m + 1] = i;
+      } else {
+        if (p === 0) {
+          // The first value to write: after a copy of the body, where the other messages stay.
+          reserve(0, b.length);
+          out.set(b, 0);
+          p = b.length;
+        }
+        // A value holds at most the point's own bytes, the field prefixes and defaults, and the
+        // text of its numbers as Number::toString writes them.
+        reserve(p, fixedBytes + (i - objectStart));
+        messagesScratch[m] = p;
+        p = writeValue(b, p, seen);
+        messagesScratch[m + 1] = p;
+      }
+      const valueBytes = (messagesScratch[m + 1] as number) - (messagesScratch[m] as number);
+      if (valueBytes > largestValue) largestValue = valueBytes;
+      // The key is the id's bytes in the body (printable ASCII, no escape: its UTF-8 as it stands).
+      messagesScratch[m + 2] = start[keyIndex] as number;
+      messagesScratch[m + 3] = end[keyIndex] as number;
+      bytes += valueBytes + (end[keyIndex] as number) - (start[keyIndex] as number);
       points++;
 
       i = skipWhitespace(b, i);
@@ -428,25 +433,7 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
       break;
     }
     if (skipWhitespace(b, i + 1) !== b.length) return null;
-
-    // The keys after the values, as encode.ts lays them out.
-    let keyBytes = 0;
-    for (let k = 0; k < points; k++) keyBytes += (keyStops[k] as number) - (keyStarts[k] as number);
-    reserve(p, keyBytes);
-    const o = out;
-    for (let k = 0; k < points; k++) {
-      const to = keyStops[k] as number;
-      for (let q = keyStarts[k] as number; q < to; q++) o[p++] = b[q] as number;
-      keyEndsScratch[k] = p;
-    }
-    return {
-      count: points,
-      data: out.subarray(0, p),
-      valueEnds: valueEndsScratch.subarray(0, points),
-      keyEnds: keyEndsScratch.subarray(0, points),
-      bytes: p,
-      largestValue,
-    };
+    return { count: points, data: p === 0 ? b : out.subarray(0, p), messages: messagesScratch.subarray(0, 4 * points), bytes, largestValue };
   };
 }
 

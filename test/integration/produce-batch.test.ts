@@ -4,8 +4,9 @@ import Kafka from 'node-rdkafka';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { producerSettings } from '../../src/kafka/settings.js';
-import { encodePoints } from '../../src/track-point/encode.js';
-import type { TrackPoint } from '../../src/track-point/schema.js';
+import { encodePoints, messagesOf } from '../../src/track-point/encode.js';
+import { validatePoints, type TrackPoint } from '../../src/track-point/schema.js';
+import { encodeValidBody } from '../../src/track-point/single-pass.js';
 import { BROKERS, consumeAll } from '../../support/kafka.js';
 import { javaPartition } from '../helpers/murmur2.js';
 import { fileTopic } from '../helpers/topic.js';
@@ -59,7 +60,7 @@ describe('Producer#produceBatch (patched into node-rdkafka)', () => {
     const batch = encodePoints(points);
     const ticket = { name: 'request 1' };
     const timestamp = Date.now() - 60_000;
-    expect(producer.produceBatch(topic, batch.data, batch.valueEnds, batch.keyEnds, timestamp, ticket)).toBe(50);
+    expect(producer.produceBatch(topic, batch.data, batch.messages, timestamp, ticket)).toBe(50);
     await flush(producer);
     await until(() => reports.length === 50, '50 delivery reports');
     // Every message reports with the opaque it was given; none failed.
@@ -81,14 +82,15 @@ describe('Producer#produceBatch (patched into node-rdkafka)', () => {
   it('throws on malformed arguments before enqueuing anything', async () => {
     reports.length = 0;
     const batch = encodePoints([point('a', 1), point('b', 2)]);
-    const shortKeys = batch.keyEnds.slice(0, 1);
-    expect(() => producer.produceBatch(topic, batch.data, batch.valueEnds, shortKeys, 0)).toThrow(/differ in length/);
-    const beyond = batch.keyEnds.slice();
-    beyond[1] = batch.data.length + 1;
-    expect(() => producer.produceBatch(topic, batch.data, batch.valueEnds, beyond, 0)).toThrow(/beyond data/);
-    const decreasing = batch.valueEnds.slice().reverse();
-    expect(() => producer.produceBatch(topic, batch.data, decreasing, batch.keyEnds, 0)).toThrow(/must not decrease/);
-    expect(() => producer.produceBatch(topic, batch.data, Array.from(batch.valueEnds) as unknown as Uint32Array, batch.keyEnds, 0)).toThrow(TypeError);
+    const partial = batch.messages.slice(0, 6);
+    expect(() => producer.produceBatch(topic, batch.data, partial, 0)).toThrow(/four offsets per message/);
+    const beyond = batch.messages.slice();
+    beyond[7] = batch.data.length + 1; // the second key's end
+    expect(() => producer.produceBatch(topic, batch.data, beyond, 0)).toThrow(/ends beyond data/);
+    const backwards = batch.messages.slice();
+    [backwards[4], backwards[5]] = [backwards[5]!, backwards[4]!]; // the second value
+    expect(() => producer.produceBatch(topic, batch.data, backwards, 0)).toThrow(/ends before it starts/);
+    expect(() => producer.produceBatch(topic, batch.data, Array.from(batch.messages) as unknown as Uint32Array, 0)).toThrow(TypeError);
     await flush(producer);
     await new Promise((r) => setTimeout(r, 200));
     expect(reports).toEqual([]);
@@ -99,11 +101,14 @@ describe('Producer#produceBatch (patched into node-rdkafka)', () => {
     // The third value is made larger than message.max.bytes (1,000,000): librdkafka refuses it at once.
     const points = [point('ok-1', 1), point('ok-2', 2), point('too-big', 3), point('never', 4)];
     const batch = encodePoints(points);
-    const data = Buffer.concat([batch.data.subarray(0, batch.valueEnds[1]), Buffer.alloc(1_100_000, 0x20), batch.data.subarray(batch.valueEnds[1])]);
-    const shift = (ends: Uint32Array, from: number) => ends.map((e, i) => (i >= from ? e + 1_100_000 : e));
+    // The third value points at 1,100,000 spaces after the encoded messages.
+    const data = Buffer.concat([batch.data, Buffer.alloc(1_100_000, 0x20)]);
+    const messages = batch.messages.slice();
+    messages[8] = batch.data.length;
+    messages[9] = data.length;
     const error = (() => {
       try {
-        producer.produceBatch(topic, data, shift(batch.valueEnds, 2), shift(batch.keyEnds, 0), Date.now(), 'failing request');
+        producer.produceBatch(topic, data, messages, Date.now(), 'failing request');
       } catch (err) {
         return err as Kafka.LibrdKafkaError & { enqueued: number };
       }
@@ -119,5 +124,23 @@ describe('Producer#produceBatch (patched into node-rdkafka)', () => {
     const got = await consumeAll(topic, { expected: 52, partitions: PARTITIONS });
     expect(got.filter((m) => m.key.startsWith('ok-')).map((m) => m.key).sort()).toEqual(['ok-1', 'ok-2']);
     expect(got.some((m) => m.key === 'never')).toBe(false);
+  });
+
+  it('takes values and keys anywhere in data, keys inside values, as the single pass hands a body over', async () => {
+    reports.length = 0;
+    // As JSON.stringify writes them (each value is the object as it stands in the body, its key the
+    // id inside it), then one with spaces and without speed (written after a copy of the body).
+    const stringified = [1, 2, 3].map((i) => point(`sp-${i}`, i));
+    const text = `${JSON.stringify(stringified).slice(0, -1)}, {"container_id": "sp-4", "lat": 4.50, "lon": 4.4, "timestamp": "2024-05-01T12:00:00Z"}]`;
+    const batch = encodeValidBody(Buffer.from(text), 10);
+    expect(batch).not.toBeNull();
+    expect(producer.produceBatch(topic, batch!.data, batch!.messages, Date.now(), 'single pass')).toBe(4);
+    await flush(producer);
+    await until(() => reports.length === 4, 'four delivery reports');
+    const got = await consumeAll(topic, { expected: 56, partitions: PARTITIONS });
+    const general = messagesOf(encodePoints((validatePoints(JSON.parse(text) as unknown[]) as { points: TrackPoint[] }).points));
+    expect(got.filter((m) => m.key.startsWith('sp-')).map((m) => [m.key, m.value]).sort()).toEqual(
+      general.keys.map((key, i) => [key, general.values[i]!.toString()]).sort(),
+    );
   });
 });
