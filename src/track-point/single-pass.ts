@@ -10,13 +10,14 @@
 //
 // What it takes: a JSON array of objects whose known fields hold printable-ASCII strings without
 // escapes and numbers, whose other fields hold scalars, each field at most once, with any JSON
-// whitespace; every point valid. An object written exactly as its message value (the schema's fields
-// in order and no other, no whitespace, numbers as Number::toString writes them) is copied whole;
-// any other is written field by field. Everything else (an invalid point, an escape, non-ASCII
-// text, a nested value, a duplicate key, an empty array, more than MAX_POINTS) returns null, and the
-// caller takes the general path: UTF-8 check, JSON.parse, the schema, encode.ts. That path decides
-// every answer but 202, so error messages keep one source. Every byte taken here is ASCII, so the
-// body taken is valid UTF-8.
+// whitespace; every point valid. An object written exactly as its message value (the schema's
+// fields in order and no other, no whitespace, numbers as Number::toString writes them) is its
+// message value as it stands: produceBatch gets offsets into the body, for the value and for the id
+// inside it (the key), and nothing is copied in JavaScript. Any other is written field by field.
+// Everything else (an invalid point, an escape, non-ASCII text, a nested value, a duplicate key, an
+// empty array, more than MAX_POINTS) returns null, and the caller takes the general path: UTF-8
+// check, JSON.parse, the schema, encode.ts. That path decides every answer but 202, so error
+// messages keep one source. Every byte taken here is ASCII, so a body taken is valid UTF-8.
 //
 // The rules are the schema's: the per-field predicates of the validation fast path (fast-path.ts),
 // on the values JSON.parse would give. test/unit/track-point/single-pass.test.ts checks on generated
@@ -59,8 +60,8 @@ const POW10 = Float64Array.from({ length: MAX_DIGITS + 1 }, (_, k) => Number(`1e
 const bytesOf = (text: string) => Uint8Array.from(Buffer.from(text, 'utf8'));
 
 /**
- * Where the values of points that are not copied as they stand are written, after a copy of the
- * body (so that one buffer holds every message). Reused by every request of this worker, as in
+ * Where the values of points not written as they stand are written, after a copy of the body (so
+ * that one buffer holds every message). Reused by every request of this worker, as in
  * encode.ts: a result views it until the next call (produceBatch copies every message into librdkafka).
  */
 let out = Buffer.allocUnsafe(256 * 1024);
@@ -359,7 +360,7 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
       if (b[i] !== OPEN_OBJECT) return null;
       const objectStart = i;
       // The object is the message value as it stands when it is what JSON.stringify writes for zod's
-      // output (JSON.stringify's own clients send exactly that): then it is copied whole.
+      // output (JSON.stringify's own clients send exactly that): then it is the message value.
       let seen = all;
       const asWritten = readAsWritten(b, text, i);
       if (asWritten >= 0) i = asWritten;
