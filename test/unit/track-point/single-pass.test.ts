@@ -33,8 +33,9 @@ function snapshot(batch: EncodedPoints | null) {
 }
 
 /**
- * One of the choices, with the given weights. fc.oneof biases its choice, towards the rare invalid
- * cases too, so that most bodies were refused; the weights here hold as written.
+ * One of the choices, with the given weights and without fast-check's bias towards small values, so
+ * that the rates below hold as written. They are tuned so that a body, with its dozens of fields and
+ * whitespace slots, is still accepted about a quarter of the time (the first test checks the mix).
  */
 function pick<T>(...choices: [weight: number, arbitrary: fc.Arbitrary<T>][]): fc.Arbitrary<T> {
   const total = choices.reduce((n, [w]) => n + w, 0);
