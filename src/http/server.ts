@@ -34,6 +34,17 @@ const KEEP_READING = false;
  * a request written just as the service closes one gets no answer (deploy/gateway, deploy/k8s).
  */
 export const HTTP_IDLE_TIMEOUT_S = 10;
+/**
+ * When that close comes: uSockets counts socket timeouts in ticks of 4 s and arms one for
+ * ceil(seconds / 4) ticks from the current tick, so a connection idle since just before a tick is
+ * closed after 8 s, one idle since just after it after 12 s (a CI run measured 8.988 s). A gateway's
+ * upstream keep-alive must be shorter than the earliest.
+ */
+const TIMER_TICK_S = 4;
+export const HTTP_IDLE_CLOSE_S = {
+  earliest: TIMER_TICK_S * (Math.ceil(HTTP_IDLE_TIMEOUT_S / TIMER_TICK_S) - 1),
+  latest: TIMER_TICK_S * Math.ceil(HTTP_IDLE_TIMEOUT_S / TIMER_TICK_S),
+} as const;
 
 const JSON_TYPE = 'application/json';
 const TEXT_METRICS_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
