@@ -56,8 +56,7 @@ const VALUE_OVERHEAD = 192;
  */
 export function encodePoints(points: readonly TrackPoint[]): EncodedPoints {
   const count = points.length;
-  if (messagesScratch.length < 4 * count) messagesScratch = new Uint32Array(4 * count);
-  const messages = messagesScratch.subarray(0, 4 * count);
+  const messages = scratchOffsets(count).subarray(0, 4 * count);
   let p = 0;
   let largestValue = 0;
   for (let i = 0; i < count; i++) {
@@ -99,6 +98,25 @@ function reserve(used: number, more: number): void {
   const bigger = Buffer.allocUnsafe(Math.max(used + more, out.length * 2));
   out.copy(bigger, 0, 0, used);
   out = bigger;
+}
+
+/**
+ * The scratch buffer with room for `more` bytes after the first `used` (kept), for the other encoder
+ * of this module's layout (single-pass.ts). One request uses one encoder's result, so they share it.
+ */
+export function scratchBytes(used: number, more: number): Buffer {
+  reserve(used, more);
+  return out;
+}
+
+/** The scratch offsets with room for `count` messages, those already written kept. */
+export function scratchOffsets(count: number): Uint32Array {
+  if (messagesScratch.length < 4 * count) {
+    const bigger = new Uint32Array(Math.max(4 * count, messagesScratch.length * 2));
+    bigger.set(messagesScratch);
+    messagesScratch = bigger;
+  }
+  return messagesScratch;
 }
 
 function writeBytes(bytes: Uint8Array, p: number): number {

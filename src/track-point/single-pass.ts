@@ -23,7 +23,7 @@
 // on the values JSON.parse would give. test/unit/track-point/single-pass.test.ts checks on generated
 // bodies that whatever this takes, the general path accepts with the same messages, byte for byte.
 import type { z } from 'zod';
-import type { EncodedPoints } from './encode.js';
+import { scratchBytes, scratchOffsets, type EncodedPoints } from './encode.js';
 import { compileFields } from './fast-path.js';
 import { TrackPointSchema, type TrackPoint } from './schema.js';
 
@@ -58,27 +58,6 @@ const MAX_LEADING_ZEROS = 5;
 const POW10 = Float64Array.from({ length: MAX_DIGITS + 1 }, (_, k) => Number(`1e${k}`));
 
 const bytesOf = (text: string) => Uint8Array.from(Buffer.from(text, 'utf8'));
-
-/**
- * Where the values of points not written as they stand are written, after a copy of the body (so
- * that one buffer holds every message). Reused by every request of this worker, as in
- * encode.ts: a result views it until the next call (produceBatch copies every message into librdkafka).
- */
-let out = Buffer.allocUnsafe(256 * 1024);
-let messagesScratch = new Uint32Array(4 * 1024);
-
-function reserve(used: number, more: number): void {
-  if (used + more <= out.length) return;
-  const bigger = Buffer.allocUnsafe(Math.max(used + more, out.length * 2));
-  out.copy(bigger, 0, 0, used);
-  out = bigger;
-}
-
-function growMessages(): void {
-  const bigger = new Uint32Array(messagesScratch.length * 2);
-  bigger.set(messagesScratch);
-  messagesScratch = bigger;
-}
 
 function skipWhitespace(b: Uint8Array, i: number): number {
   for (;;) {
@@ -179,13 +158,12 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
 
   // Where each field of the current point sits in the body. A string: [start, end). A number: its
   // sign, integer digits [start, end) ("0" as an empty range), and `decimals` significant decimals
-  // from decimalStart (trailing zeros dropped).
+  // from decimalStart (trailing zeros dropped): zero is an empty range and no decimal.
   const start = new Uint32Array(count);
   const end = new Uint32Array(count);
   const negative = new Uint8Array(count);
   const decimalStart = new Uint32Array(count);
   const decimals = new Uint8Array(count);
-  const isZero = new Uint8Array(count);
   /** A number outside the plain form: its text as Number::toString writes it. */
   const numberText: (string | null)[] = fields.map(() => null);
   /** Whether the number readNumber read last is written as Number::toString would write it. */
@@ -258,7 +236,6 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
       end[j] = intEnd;
       decimalStart[j] = fraction;
       decimals[j] = kept;
-      isZero[j] = trimmed === 0 ? 1 : 0;
       // As written, unless it has trailing decimal zeros or is -0.
       numberAsWritten = fractionEnd - fraction === kept && !(sign === 1 && trimmed === 0);
     } else {
@@ -305,9 +282,8 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
     return b[i] === CLOSE_OBJECT ? i + 1 : -1;
   }
 
-  /** Writes the message value of the point whose fields are in the slots; the end of it. */
-  function writeValue(b: Uint8Array, p: number, seen: number): number {
-    const o = out;
+  /** Writes into o at p the message value of the point whose fields are in the slots; the end of it. */
+  function writeValue(b: Uint8Array, o: Buffer, p: number, seen: number): number {
     for (let j = 0; j < count; j++) {
       const prefix = prefixes[j] as Uint8Array;
       for (let k = 0; k < prefix.length; k++) o[p++] = prefix[k] as number;
@@ -321,15 +297,14 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
         o[p++] = QUOTE;
       } else if (text !== null && text !== undefined) {
         for (let k = 0; k < text.length; k++) o[p++] = text.charCodeAt(k);
-      } else if (isZero[j] === 1) {
-        o[p++] = ZERO; // also for -0, as Number::toString writes it
       } else {
-        if (negative[j] === 1) o[p++] = MINUS;
         const from = start[j] as number;
         const to = end[j] as number;
+        const n = decimals[j] as number;
+        // No sign for zero: -0 is written "0", as Number::toString writes it.
+        if (negative[j] === 1 && (from !== to || n > 0)) o[p++] = MINUS;
         if (from === to) o[p++] = ZERO;
         else for (let k = from; k < to; k++) o[p++] = b[k] as number;
-        const n = decimals[j] as number;
         if (n > 0) {
           o[p++] = DOT;
           const d = decimalStart[j] as number;
@@ -352,7 +327,8 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
     // The strings the predicates see. Only printable ASCII is taken, so Latin-1 decodes it as UTF-8 would.
     const text = Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('latin1');
     let points = 0;
-    let p = 0; // bytes used in `out`: 0 while every value stands in the body as it is
+    let out: Buffer | null = null; // the scratch, once a value is written
+    let p = 0; // bytes used in it
     let bytes = 0;
     let largestValue = 0;
     for (;;) {
@@ -397,31 +373,31 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
         i++;
       }
 
-      if (4 * points === messagesScratch.length) growMessages();
+      const messages = scratchOffsets(points + 1);
       const m = 4 * points;
       if (asWritten >= 0) {
         // The value is the object as it stands in the body: no copy here.
-        messagesScratch[m] = objectStart;
-        messagesScratch[m + 1] = i;
+        messages[m] = objectStart;
+        messages[m + 1] = i;
       } else {
-        if (p === 0) {
+        if (out === null) {
           // The first value to write: after a copy of the body, where the other messages stay.
-          reserve(0, b.length);
+          out = scratchBytes(0, b.length);
           out.set(b, 0);
           p = b.length;
         }
         // A value holds at most the point's own bytes, the field prefixes and defaults, and the
         // text of its numbers as Number::toString writes them.
-        reserve(p, fixedBytes + (i - objectStart));
-        messagesScratch[m] = p;
-        p = writeValue(b, p, seen);
-        messagesScratch[m + 1] = p;
+        out = scratchBytes(p, fixedBytes + (i - objectStart));
+        messages[m] = p;
+        p = writeValue(b, out, p, seen);
+        messages[m + 1] = p;
       }
-      const valueBytes = (messagesScratch[m + 1] as number) - (messagesScratch[m] as number);
+      const valueBytes = (messages[m + 1] as number) - (messages[m] as number);
       if (valueBytes > largestValue) largestValue = valueBytes;
       // The key is the id's bytes in the body (printable ASCII, no escape: its UTF-8 as it stands).
-      messagesScratch[m + 2] = start[keyIndex] as number;
-      messagesScratch[m + 3] = end[keyIndex] as number;
+      messages[m + 2] = start[keyIndex] as number;
+      messages[m + 3] = end[keyIndex] as number;
       bytes += valueBytes + (end[keyIndex] as number) - (start[keyIndex] as number);
       points++;
 
@@ -434,7 +410,7 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
       break;
     }
     if (skipWhitespace(b, i + 1) !== b.length) return null;
-    return { count: points, data: p === 0 ? b : out.subarray(0, p), messages: messagesScratch.subarray(0, 4 * points), bytes, largestValue };
+    return { count: points, data: out === null ? b : out.subarray(0, p), messages: scratchOffsets(points).subarray(0, 4 * points), bytes, largestValue };
   };
 }
 
