@@ -12,8 +12,21 @@
 // generated input, that it accepts exactly what zod accepts and outputs what zod outputs.
 import type { z } from 'zod';
 
-/** One field of the schema as the fast paths read it: its JSON type, its predicate, its default. */
-export type Field = { key: string; kind: 'string' | 'number'; accepts: (value: unknown) => boolean; absent: { value: unknown } | null };
+/** A predicate on a string given as its bytes b[from, to), all ASCII: the string is those bytes. */
+export type AsciiPredicate = (b: Uint8Array, from: number, to: number) => boolean;
+
+/**
+ * One field of the schema as the fast paths read it: its JSON type, its predicate, its default, and
+ * for a string field the same predicate on bytes (`acceptsAscii`), when every refinement of the
+ * field carries a bytes form as `ascii` (rfc3339.ts); the single pass then makes no string of it.
+ */
+export type Field = {
+  key: string;
+  kind: 'string' | 'number';
+  accepts: (value: unknown) => boolean;
+  acceptsAscii: AsciiPredicate | null;
+  absent: { value: unknown } | null;
+};
 
 /** Reads one field's schema: its predicate, and the default taken when the field is absent. */
 function compileField(key: string, schema: z.core.$ZodType): Field {
@@ -45,7 +58,7 @@ function compileField(key: string, schema: z.core.$ZodType): Field {
     // zod's number rejects NaN and ±Infinity (JSON.parse turns 1e400 into Infinity).
     const inRange = (v: unknown): v is number =>
       typeof v === 'number' && Number.isFinite(v) && (minInclusive ? v >= min : v > min) && (maxInclusive ? v <= max : v < max);
-    return { key, kind: 'number', absent: null, accepts: withCustom(inRange, custom) };
+    return { key, kind: 'number', absent: null, accepts: withCustom(inRange, custom), acceptsAscii: null };
   }
   if (def.type === 'string') {
     let minLength = 0;
@@ -59,7 +72,7 @@ function compileField(key: string, schema: z.core.$ZodType): Field {
       else throw unknown(key, `check ${c.check}`);
     }
     const inLength = (v: unknown): v is string => typeof v === 'string' && v.length >= minLength && v.length <= maxLength;
-    return { key, kind: 'string', absent: null, accepts: withCustom(inLength, custom) };
+    return { key, kind: 'string', absent: null, accepts: withCustom(inLength, custom), acceptsAscii: asciiForm(minLength, maxLength, custom) };
   }
   throw unknown(key, `type ${def.type}`);
 }
@@ -81,6 +94,17 @@ function withCustom<V>(test: (v: unknown) => v is V, custom: ((value: V) => unkn
   if (first === undefined) return test;
   if (rest.length === 0) return (v) => test(v) && first(v) === true;
   return (v) => test(v) && custom.every((fn) => fn(v) === true);
+}
+
+/** The string field's predicate on ASCII bytes, or null when a refinement has no bytes form. */
+function asciiForm(minLength: number, maxLength: number, custom: ((value: string) => unknown)[]): AsciiPredicate | null {
+  const forms = custom.map((fn) => (fn as { ascii?: unknown }).ascii);
+  if (!forms.every((form): form is AsciiPredicate => typeof form === 'function')) return null;
+  // An ASCII string has as many characters as bytes.
+  const [first, ...rest] = forms;
+  if (first === undefined) return (_b, from, to) => to - from >= minLength && to - from <= maxLength;
+  if (rest.length === 0) return (b, from, to) => to - from >= minLength && to - from <= maxLength && first(b, from, to);
+  return (b, from, to) => to - from >= minLength && to - from <= maxLength && forms.every((form) => form(b, from, to));
 }
 
 function unknown(key: string, what: string): Error {

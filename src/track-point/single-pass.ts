@@ -144,6 +144,9 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
   const names = fields.map((f) => bytesOf(f.key));
   const isString = fields.map((f) => f.kind === 'string');
   const accepts = fields.map((f) => f.accepts);
+  // A string's bytes are printable ASCII without escapes here (plainStringEnd), so a predicate on
+  // bytes sees exactly the string and none is made.
+  const acceptsAscii = fields.map((f) => f.acceptsAscii);
   // What JSON.stringify writes before each value of zod's output, whose keys are in the schema's order.
   const prefixes = fields.map((f, j) => bytesOf(`${j === 0 ? '{' : ','}${JSON.stringify(f.key)}:${f.kind === 'string' ? '"' : ''}`));
   const defaults = fields.map((f) => (f.absent === null ? null : bytesOf(JSON.stringify(f.absent.value))));
@@ -253,7 +256,9 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
   function readString(b: Uint8Array, text: string, i: number, j: number): number {
     if (b[i] !== QUOTE) return -1;
     const stringEnd = plainStringEnd(b, i + 1);
-    if (stringEnd < 0 || !(accepts[j] as (v: unknown) => boolean)(text.slice(i + 1, stringEnd))) return -1;
+    if (stringEnd < 0) return -1;
+    const ascii = acceptsAscii[j];
+    if (!(ascii ? ascii(b, i + 1, stringEnd) : (accepts[j] as (v: unknown) => boolean)(text.slice(i + 1, stringEnd)))) return -1;
     start[j] = i + 1;
     end[j] = stringEnd;
     return stringEnd + 1;

@@ -2,7 +2,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { compileFastPath } from '../../../src/track-point/fast-path.js';
+import { compileFastPath, compileFields } from '../../../src/track-point/fast-path.js';
 import { TrackPointSchema, validatePoints, type TrackPoint } from '../../../src/track-point/schema.js';
 
 const zod = z.array(TrackPointSchema);
@@ -81,6 +81,23 @@ describe('compileFastPath', () => {
     expect(() => compileFastPath(z.object({ n: z.number().multipleOf(2) }))).toThrow(/field n.*does not know check multiple_of/);
     expect(() => compileFastPath(z.object({ ['__proto__']: z.number() }))).toThrow(/does not know the key __proto__/);
     expect(() => compileFastPath(z.object({ s: z.string().superRefine(() => undefined) }))).toThrow(/field s.*custom check other than \.refine\(\)/);
+  });
+
+  it('checks a string field on its bytes when every refinement carries a bytes form, and only then', () => {
+    const upper = Object.assign((v: string) => v === v.toUpperCase(), {
+      ascii: (b: Uint8Array, from: number, to: number) => b.subarray(from, to).every((c) => c < 97 || c > 122),
+    });
+    const noForm = (v: string) => v.length > 0;
+    const schema = z.object({ a: z.string().min(2).max(4).refine(upper), b: z.string().refine(upper).refine(noForm), c: z.string().max(3), n: z.number() });
+    const [a, b, c, n] = compileFields(schema);
+    expect([b?.acceptsAscii, n?.acceptsAscii]).toEqual([null, null]);
+    const body = Buffer.from('xABCDabcx');
+    // The string field's length bounds, then its refinement, on body[from, to).
+    for (const [from, to] of [[1, 2], [1, 3], [1, 5], [1, 6], [3, 6], [5, 8]] as const) {
+      const text = body.toString('latin1', from, to);
+      expect(a?.acceptsAscii?.(body, from, to), text).toBe(schema.shape.a.safeParse(text).success);
+      expect(c?.acceptsAscii?.(body, from, to), text).toBe(schema.shape.c.safeParse(text).success);
+    }
   });
 
   it('keeps the tightest of several bounds on one side, as zod applies them all', () => {

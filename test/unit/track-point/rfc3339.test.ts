@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { isRfc3339DateTime } from '../../../src/track-point/rfc3339.js';
+import { isRfc3339DateTime, isRfc3339DateTimeAscii } from '../../../src/track-point/rfc3339.js';
 
 // RFC 3339 section 5.6 grammar and the 5.7 restrictions, as the README's field table states them.
 const valid = [
@@ -67,5 +67,36 @@ describe('isRfc3339DateTime', () => {
         }
       }
     }
+  });
+});
+
+// The single pass checks a timestamp where it stands in the request body: the bytes form must read
+// nothing outside its range, whatever follows (a closing quote, or bytes that would complete it).
+describe('isRfc3339DateTimeAscii, on a range of a larger buffer', () => {
+  const ascii = [...valid, ...invalid].filter((s) => /^[\x00-\x7f]*$/.test(s));
+  const around: [string, string][] = [['', ''], ['"', '"'], ['{"timestamp":"', '","speed":1}'], ['x', 'Z'], ['x', '.5Z'], ['x', '+01:00'], ['x', '00:00Z']];
+  it.each(ascii)('agrees with the string form on %j', (s) => {
+    for (const [before, after] of around) {
+      const b = Buffer.from(before + s + after, 'latin1');
+      expect(isRfc3339DateTimeAscii(b, before.length, before.length + s.length), `${before}|${s}|${after}`).toBe(isRfc3339DateTime(s));
+    }
+  });
+  it('rejects a date-time cut short of its offset or fraction, although the next bytes complete it', () => {
+    const b = Buffer.from('2024-05-01T12:00:00.5Z');
+    expect(isRfc3339DateTimeAscii(b, 0, b.length)).toBe(true);
+    expect(isRfc3339DateTimeAscii(b, 0, 19)).toBe(false); // 2024-05-01T12:00:00
+    expect(isRfc3339DateTimeAscii(b, 0, 20)).toBe(false); // 2024-05-01T12:00:00.
+    expect(isRfc3339DateTimeAscii(b, 0, 21)).toBe(false); // 2024-05-01T12:00:00.5
+  });
+});
+
+describe('the string form', () => {
+  it('rejects any character outside ASCII, wherever it stands', () => {
+    const s = '2024-05-01T12:00:00.123456Z';
+    for (let i = 0; i < s.length; i++) expect(isRfc3339DateTime(s.slice(0, i) + 'é' + s.slice(i + 1)), String(i)).toBe(false);
+  });
+  it('takes a fraction of any length', () => {
+    expect(isRfc3339DateTime(`2024-05-01T12:00:00.${'1'.repeat(500)}Z`)).toBe(true);
+    expect(isRfc3339DateTime(`2024-05-01T12:00:00.${'1'.repeat(500)}`)).toBe(false);
   });
 });
