@@ -49,6 +49,20 @@ export const HTTP_IDLE_CLOSE_S = {
 const JSON_TYPE = 'application/json';
 const TEXT_METRICS_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 
+// What POST /track reads and writes on every request, as bytes: uWS turns every string argument
+// into UTF-8 (v8::String::Utf8Value) on each call, a byte array it takes as it is. A scratch uWS
+// handler of the same shape took 13.6-15.6 µs of CPU per request this way against 16.3-17.6 with
+// strings (wrk, 1-point bodies, three rounds alternating).
+const bytes = (text: string): Buffer => Buffer.from(text, 'latin1');
+const STATUS_BYTES = Object.fromEntries(Object.entries(STATUS_LINE).map(([status, line]) => [status, bytes(line)])) as Record<HttpStatus, Buffer>;
+const H_CONTENT_TYPE = bytes('content-type');
+const H_CONTENT_ENCODING = bytes('content-encoding');
+const H_CONTENT_LENGTH = bytes('content-length');
+const H_RETRY_AFTER = bytes('retry-after');
+const H_CONNECTION = bytes('connection');
+const JSON_TYPE_BYTES = bytes(JSON_TYPE);
+const CLOSE = bytes('close');
+
 const NOT_FOUND = errorAnswer('not_found', `no such path; POST ${TRACK_PATH} takes track points`);
 const TRACK_METHOD = errorAnswer('method_not_allowed', `use POST for ${TRACK_PATH}`);
 const GET_METHOD = errorAnswer('method_not_allowed', 'use GET for this path');
@@ -147,13 +161,13 @@ export class HttpServer {
   private onTrack(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
     const started = performance.now();
     // Headers must be read now: uWS reuses `req` once this function returns.
-    if (!isJsonContentType(req.getHeader('content-type'))) return this.finishTrack(res, started, UNSUPPORTED_TYPE, STOP_READING);
-    const encoding = req.getHeader('content-encoding');
+    if (!isJsonContentType(req.getHeader(H_CONTENT_TYPE))) return this.finishTrack(res, started, UNSUPPORTED_TYPE, STOP_READING);
+    const encoding = req.getHeader(H_CONTENT_ENCODING);
     const gzipped = encoding === 'gzip' || encoding === 'x-gzip';
     if (!gzipped && encoding !== '' && encoding !== 'identity') return this.finishTrack(res, started, UNSUPPORTED_ENCODING, STOP_READING);
 
     const max = this.limits.maxBodyBytes;
-    const lengthHeader = req.getHeader('content-length');
+    const lengthHeader = req.getHeader(H_CONTENT_LENGTH);
     if (lengthHeader !== '' && Number(lengthHeader) > max) {
       // Refused before a byte of the body is read.
       return this.finishTrack(res, started, this.tooLarge, STOP_READING);
@@ -229,9 +243,9 @@ export class HttpServer {
       res.pause();
     }
     res.cork(() => {
-      res.writeStatus(STATUS_LINE[outcome.status]).writeHeader('content-type', JSON_TYPE);
-      if (outcome.retryAfter !== undefined) res.writeHeader('retry-after', String(outcome.retryAfter));
-      if (stopReading) res.writeHeader('connection', 'close');
+      res.writeStatus(STATUS_BYTES[outcome.status]).writeHeader(H_CONTENT_TYPE, JSON_TYPE_BYTES);
+      if (outcome.retryAfter !== undefined) res.writeHeader(H_RETRY_AFTER, String(outcome.retryAfter));
+      if (stopReading) res.writeHeader(H_CONNECTION, CLOSE);
       res.end(outcome.body, this.draining);
     });
     this.count(started, outcome);

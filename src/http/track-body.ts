@@ -17,7 +17,8 @@ import { encodeValidBody } from '../track-point/single-pass.js';
 
 export interface TrackOutcome {
   status: HttpStatus;
-  body: string;
+  /** JSON; the answers of accepted requests as bytes, ready for the socket (acceptedBody). */
+  body: string | Buffer;
   /** Set on 500: the client should retry after this many seconds. */
   retryAfter?: number;
   /** Points taken (202) or refused (with the reason), for metrics. */
@@ -42,7 +43,18 @@ export interface TrackLimits {
   topic: string;
 }
 
-const EMPTY_ACCEPTED = '{"accepted":0}';
+/** The 202 answers of up to this many points are built once and kept. */
+const ACCEPTED_BODIES_KEPT = 1000;
+const acceptedBodies: Buffer[] = [];
+
+/** The body of a 202: {"accepted":count}. */
+export function acceptedBody(count: number): Buffer {
+  const kept = acceptedBodies[count];
+  if (kept !== undefined) return kept;
+  const body = Buffer.from(`{"accepted":${count}}`, 'latin1');
+  if (count <= ACCEPTED_BODIES_KEPT) acceptedBodies[count] = body;
+  return body;
+}
 
 /** A refusal of the whole request: its status is the catalogue's for the code. */
 export function refuse(code: TrackRejection, message: string, points = 0, details?: readonly PointIssue[]): TrackOutcome {
@@ -87,7 +99,7 @@ export function handleTrackBody(raw: Uint8Array, gzipped: boolean, limits: Track
     return refuse('validation_failed', 'body must be a JSON array of track points');
   }
   const count = parsed.length;
-  if (count === 0) return { status: 202, body: EMPTY_ACCEPTED, points: 0 };
+  if (count === 0) return { status: 202, body: acceptedBody(0), points: 0 };
   if (count > limits.maxPoints) {
     return refuse('payload_too_large', `${count} track points in one request; at most ${limits.maxPoints} (MAX_POINTS)`, count);
   }
@@ -105,7 +117,7 @@ export function handleTrackBody(raw: Uint8Array, gzipped: boolean, limits: Track
 function enqueue(batch: EncodedPoints, limits: TrackLimits, sink: PointSink, ticket: DeliveryTicket | null): TrackOutcome {
   const count = batch.count;
   const refusal = sink.tryEnqueue(batch, ticket);
-  if (refusal === null) return { status: 202, body: '{"accepted":' + count + '}', points: count, awaitingDelivery: ticket !== null };
+  if (refusal === null) return { status: 202, body: acceptedBody(count), points: count, awaitingDelivery: ticket !== null };
   if (refusal === 'message_too_large') {
     return refuse('payload_too_large', `a track point encodes to ${batch.largestValue} bytes, above the Kafka message size limit`, count);
   }

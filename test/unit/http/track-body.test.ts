@@ -2,7 +2,7 @@
 // The integration tests run the same paths against a real broker.
 import { gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
-import { handleTrackBody, type PointSink } from '../../../src/http/track-body.js';
+import { acceptedBody, handleTrackBody, type PointSink } from '../../../src/http/track-body.js';
 import type { Refusal } from '../../../src/kafka/producer.js';
 import { messagesOf, type EncodedPoints } from '../../../src/track-point/encode.js';
 
@@ -28,7 +28,7 @@ const run = (body: string | Buffer, opts: { gzip?: boolean; sink?: RecordingSink
   const sink = opts.sink ?? new RecordingSink();
   const raw = typeof body === 'string' ? Buffer.from(body) : body;
   const out = handleTrackBody(opts.gzip ? gzipSync(raw) : raw, opts.gzip ?? false, limits, sink);
-  return { ...out, json: JSON.parse(out.body) as Record<string, unknown>, sink };
+  return { ...out, json: JSON.parse(out.body.toString()) as Record<string, unknown>, sink };
 };
 
 describe('handleTrackBody', () => {
@@ -97,7 +97,7 @@ describe('handleTrackBody', () => {
 
   it('answers a corrupt gzip body with 400', () => {
     const r = handleTrackBody(Buffer.from('not gzip at all'), true, limits, new RecordingSink());
-    expect([r.status, JSON.parse(r.body).error]).toEqual([400, 'invalid_json']);
+    expect([r.status, JSON.parse(r.body.toString()).error]).toEqual([400, 'invalid_json']);
   });
 
   it('refuses before parsing when the producer can take nothing now, even an invalid body', () => {
@@ -114,4 +114,13 @@ describe('handleTrackBody', () => {
       expect([r.status, r.json.error, r.retryAfter]).toEqual([500, 'broker_unavailable', 1]);
     },
   );
+});
+
+describe('acceptedBody', () => {
+  it('answers {"accepted":n} for any count, kept ones and built ones alike, and twice the same', () => {
+    for (const n of [0, 1, 7, 100, 1000, 1001, 250000]) {
+      expect(JSON.parse(acceptedBody(n).toString())).toEqual({ accepted: n });
+      expect(acceptedBody(n).toString()).toBe(`{"accepted":${n}}`);
+    }
+  });
 });

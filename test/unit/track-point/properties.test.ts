@@ -105,7 +105,7 @@ describe('a single broken rule', () => {
         mutate(body[index]!);
         const { out, sink } = post(JSON.stringify(body));
         expect(out.status).toBe(400);
-        expect(JSON.parse(out.body)).toEqual({ error: 'validation_failed', message: '1 invalid track point', details: [{ index, ...detail }] });
+        expect(JSON.parse(out.body.toString())).toEqual({ error: 'validation_failed', message: '1 invalid track point', details: [{ index, ...detail }] });
         expect(sink.batch).toBeNull();
       }),
       { numRuns: 100 },
@@ -125,7 +125,7 @@ describe('arbitrary bodies', () => {
       fc.property(body, (b) => {
         const { out } = post(b);
         expect([202, 400, 413]).toContain(out.status);
-        expect(() => JSON.parse(out.body)).not.toThrow();
+        expect(() => JSON.parse(out.body.toString())).not.toThrow();
       }),
       { numRuns: 3000 },
     );
