@@ -3,12 +3,17 @@
 import uWS from 'uWebSockets.js';
 
 const port = Number(process.argv[2]);
+// As bytes, as the service writes them (src/http/server.ts): uWS converts a string on every call.
+const STATUS = Buffer.from('202 Accepted');
+const CONTENT_TYPE = Buffer.from('content-type');
+const JSON_TYPE = Buffer.from('application/json');
+const BODY = Buffer.from('{"accepted":1}');
 uWS
   .App()
   .post('/track', (res) => {
     res.onAborted(() => undefined);
     res.onData((_chunk, isLast) => {
-      if (isLast) res.cork(() => res.writeStatus('202 Accepted').writeHeader('content-type', 'application/json').end('{"accepted":1}'));
+      if (isLast) res.cork(() => res.writeStatus(STATUS).writeHeader(CONTENT_TYPE, JSON_TYPE).end(BODY));
     });
   })
   .listen('127.0.0.1', port, (socket) => {
