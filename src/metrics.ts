@@ -38,7 +38,7 @@ function deltas() {
 /**
  * How often the event-loop lag histogram (prom-client's default metrics, perf_hooks'
  * monitorEventLoopDelay) samples, in ms. prom-client's 10 ms woke every worker and the idle standby
- * 100 times a second: the standby alone used 9–11 ms of CPU a second doing nothing, 2.0–2.7 at 100 ms
+ * 100 times a second: the standby alone used 8.0–10.7 ms of CPU a second doing nothing, 2.0–2.7 at 100 ms
  * (README, "Sizing"). A stall still delays the next sample by its whole length, so lag is still seen.
  */
 const EVENT_LOOP_SAMPLE_MS = 100;

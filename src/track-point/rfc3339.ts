@@ -89,7 +89,6 @@ const scratch = new Uint8Array(64);
 /** Whether s is an RFC 3339 date-time (the schema's refinement; the same rule as the bytes form). */
 export function isRfc3339DateTime(s: string): boolean {
   const n = s.length;
-  if (n < 20) return false;
   const b = n <= scratch.length ? scratch : new Uint8Array(n); // a long fraction: rare
   for (let i = 0; i < n; i++) {
     const c = s.charCodeAt(i);

@@ -169,6 +169,13 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
   const decimals = new Uint8Array(count);
   /** A number outside the plain form: its text as Number::toString writes it. */
   const numberText: (string | null)[] = fields.map(() => null);
+  /**
+   * The body as text, made on first need: for Number() on a number outside the plain form, and for a
+   * string field whose refinement has no bytes form. Only printable ASCII is taken, so Latin-1
+   * decodes it as UTF-8 would. Reset for every body.
+   */
+  let bodyText: string | null = null;
+  const textOf = (b: Uint8Array): string => (bodyText ??= Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('latin1'));
   /** Whether the number readNumber read last is written as Number::toString would write it. */
   let numberAsWritten = true;
 
@@ -186,7 +193,7 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
   }
 
   /** Reads the number at i into field j's slots: its end, or -1 when it is not a valid value of j. */
-  function readNumber(b: Uint8Array, text: string, i: number, j: number): number {
+  function readNumber(b: Uint8Array, i: number, j: number): number {
     const numberStart = i;
     let sign = 0;
     if (b[i] === MINUS) {
@@ -243,7 +250,7 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
       numberAsWritten = fractionEnd - fraction === kept && !(sign === 1 && trimmed === 0);
     } else {
       // Any other JSON number: Number() reads JSON's number grammar to the same double as JSON.parse.
-      const written = text.slice(numberStart, i);
+      const written = textOf(b).slice(numberStart, i);
       value = Number(written);
       const canonical = '' + value;
       numberText[j] = canonical;
@@ -253,12 +260,12 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
   }
 
   /** Reads the string at i (its opening quote) into field j's slots: its end, or -1 when it is not a valid value of j. */
-  function readString(b: Uint8Array, text: string, i: number, j: number): number {
+  function readString(b: Uint8Array, i: number, j: number): number {
     if (b[i] !== QUOTE) return -1;
     const stringEnd = plainStringEnd(b, i + 1);
     if (stringEnd < 0) return -1;
     const ascii = acceptsAscii[j];
-    if (!(ascii ? ascii(b, i + 1, stringEnd) : (accepts[j] as (v: unknown) => boolean)(text.slice(i + 1, stringEnd)))) return -1;
+    if (!(ascii ? ascii(b, i + 1, stringEnd) : (accepts[j] as (v: unknown) => boolean)(textOf(b).slice(i + 1, stringEnd)))) return -1;
     start[j] = i + 1;
     end[j] = stringEnd;
     return stringEnd + 1;
@@ -269,7 +276,7 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
    * in order, each after the same bytes as JSON.stringify writes before it (prefixes), nothing else,
    * every value valid and every number as Number::toString writes it. Otherwise -1.
    */
-  function readAsWritten(b: Uint8Array, text: string, i: number): number {
+  function readAsWritten(b: Uint8Array, i: number): number {
     for (let j = 0; j < count; j++) {
       const prefix = prefixes[j] as Uint8Array;
       const n = prefix.length;
@@ -277,10 +284,10 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
       i += n;
       if (isString[j]) {
         // The prefix holds the opening quote.
-        i = readString(b, text, i - 1, j);
+        i = readString(b, i - 1, j);
         if (i < 0) return -1;
       } else {
-        i = readNumber(b, text, i, j);
+        i = readNumber(b, i, j);
         if (i < 0 || !numberAsWritten) return -1;
       }
     }
@@ -329,8 +336,7 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
     if (b[i] !== OPEN_ARRAY) return null;
     i = skipWhitespace(b, i + 1);
     if (b[i] !== OPEN_OBJECT) return null; // [] and anything that is not an object: the general path
-    // The strings the predicates see. Only printable ASCII is taken, so Latin-1 decodes it as UTF-8 would.
-    const text = Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('latin1');
+    bodyText = null;
     let points = 0;
     let out: Buffer | null = null; // the scratch, once a value is written
     let p = 0; // bytes used in it
@@ -343,7 +349,7 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
       // The object is the message value as it stands when it is what JSON.stringify writes for zod's
       // output (JSON.stringify's own clients send exactly that): then it is the message value.
       let seen = all;
-      const asWritten = readAsWritten(b, text, i);
+      const asWritten = readAsWritten(b, i);
       if (asWritten >= 0) i = asWritten;
       else {
         i = skipWhitespace(b, i + 1);
@@ -362,7 +368,7 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
               // JSON.parse keeps the last of duplicate keys: rare enough to leave to it.
               if ((seen & (1 << j)) !== 0) return null;
               seen |= 1 << j;
-              i = isString[j] ? readString(b, text, i, j) : readNumber(b, text, i, j);
+              i = isString[j] ? readString(b, i, j) : readNumber(b, i, j);
             }
             if (i < 0) return null;
             i = skipWhitespace(b, i);
