@@ -43,17 +43,14 @@ export interface TrackLimits {
   topic: string;
 }
 
-/** The 202 answers of up to this many points are built once and kept. */
+/** The 202 answers of up to this many points are built at start-up and kept. */
 const ACCEPTED_BODIES_KEPT = 1000;
-const acceptedBodies: Buffer[] = [];
+const buildAccepted = (count: number): Buffer => Buffer.from(`{"accepted":${count}}`, 'latin1');
+const acceptedBodies: readonly Buffer[] = Array.from({ length: ACCEPTED_BODIES_KEPT + 1 }, (_, count) => buildAccepted(count));
 
 /** The body of a 202: {"accepted":count}. */
 export function acceptedBody(count: number): Buffer {
-  const kept = acceptedBodies[count];
-  if (kept !== undefined) return kept;
-  const body = Buffer.from(`{"accepted":${count}}`, 'latin1');
-  if (count <= ACCEPTED_BODIES_KEPT) acceptedBodies[count] = body;
-  return body;
+  return count <= ACCEPTED_BODIES_KEPT ? (acceptedBodies[count] as Buffer) : buildAccepted(count);
 }
 
 /** A refusal of the whole request: its status is the catalogue's for the code. */
