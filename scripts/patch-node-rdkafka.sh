@@ -24,7 +24,7 @@ fi
 
 # A string that this version of the patch writes into the sources and, as an error message, into the
 # addon: an install patched by an earlier version of patches/ lacks it.
-marker='value start, value end, key start, key end'
+marker='produceBatch(topic: string, data: Uint8Array'
 if grep -q "$marker" "$module/src/producer.cc"; then
   echo "patch-node-rdkafka.sh: node-rdkafka sources already patched"
 else

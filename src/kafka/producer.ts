@@ -191,9 +191,9 @@ export class TrackProducer {
   /**
    * Enqueues every point of one request, or none of them; returns null when taken, else why not.
    *
-   * One native call for the whole request (produceBatch, added to node-rdkafka by patches/): the
-   * topic is looked up once and no JavaScript value is converted per point (README, "One native call
-   * per request").
+   * One native call for the whole request (produceBatch, added to node-rdkafka by patches/): its
+   * topic handle is kept from call to call and no JavaScript value is converted per point (README,
+   * "One native call per request").
    *
    * All or nothing holds because every condition under which librdkafka refuses a message
    * synchronously is checked before the call:

@@ -13,6 +13,7 @@ import { fileTopic } from '../helpers/topic.js';
 
 const PARTITIONS = 6;
 const topic = fileTopic('produce-batch', PARTITIONS);
+const otherTopic = fileTopic('produce-batch-other', PARTITIONS);
 
 interface Report {
   err: Kafka.LibrdKafkaError | null;
@@ -30,6 +31,10 @@ async function connect(): Promise<{ producer: Kafka.Producer; reports: Report[] 
   await new Promise<void>((resolve, reject) => producer.connect({}, (err) => (err ? reject(err) : resolve())));
   return { producer, reports };
 }
+
+const connectAgain = (producer: Kafka.Producer) =>
+  new Promise<void>((resolve, reject) => producer.connect({}, (err) => (err ? reject(err) : resolve())));
+const disconnect = (producer: Kafka.Producer) => new Promise<void>((resolve) => producer.disconnect(() => resolve()));
 
 const flush = (producer: Kafka.Producer) =>
   new Promise<void>((resolve, reject) => producer.flush(10_000, (err) => (err ? reject(err) : resolve())));
@@ -50,7 +55,7 @@ beforeAll(async () => {
   ({ producer, reports } = await connect());
 });
 afterAll(async () => {
-  await new Promise<void>((resolve) => producer.disconnect(() => resolve()));
+  await disconnect(producer);
 });
 
 describe('Producer#produceBatch (patched into node-rdkafka)', () => {
@@ -142,5 +147,36 @@ describe('Producer#produceBatch (patched into node-rdkafka)', () => {
     expect(got.filter((m) => m.key.startsWith('sp-')).map((m) => [m.key, m.value]).sort()).toEqual(
       general.keys.map((key, i) => [key, general.values[i]!.toString()]).sort(),
     );
+  });
+
+  it('keeps its topic handle across calls, takes another topic when asked, and starts afresh after a reconnect', async () => {
+    reports.length = 0;
+    // The patch keeps the last topic's handle from call to call; a call for another topic replaces it,
+    // and disconnect releases it with the client it belongs to (a stale handle would crash here).
+    const send = (to: string, id: string) => {
+      const batch = encodePoints([point(id, 1)]);
+      expect(producer.produceBatch(to, batch.data, batch.messages, Date.now(), id)).toBe(1);
+    };
+    send(topic, 'kept-1');
+    send(topic, 'kept-2');
+    send(otherTopic, 'other-1');
+    send(topic, 'kept-3');
+    await flush(producer);
+    await disconnect(producer);
+    await connectAgain(producer);
+    // The same topic as the last call before the disconnect: a handle kept from the old client would be used.
+    send(topic, 'kept-4');
+    send(otherTopic, 'other-2');
+    await flush(producer);
+    await until(() => reports.length === 6, 'six delivery reports');
+    expect(reports.filter((r) => r.err !== null)).toEqual([]);
+    expect(reports.map((r) => [r.report.opaque, r.report.topic]).sort()).toEqual([
+      ['kept-1', topic], ['kept-2', topic], ['kept-3', topic], ['kept-4', topic],
+      ['other-1', otherTopic], ['other-2', otherTopic],
+    ].sort());
+    const got = await consumeAll(topic, { expected: 60, partitions: PARTITIONS });
+    expect(got.filter((m) => m.key.startsWith('kept-')).map((m) => m.key).sort()).toEqual(['kept-1', 'kept-2', 'kept-3', 'kept-4']);
+    const other = await consumeAll(otherTopic, { expected: 2, partitions: PARTITIONS });
+    expect(other.map((m) => m.key).sort()).toEqual(['other-1', 'other-2']);
   });
 });
