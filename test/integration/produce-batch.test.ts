@@ -28,11 +28,11 @@ async function connect(): Promise<{ producer: Kafka.Producer; reports: Report[] 
   const reports: Report[] = [];
   producer.on('delivery-report', (err, report) => reports.push({ err, report }));
   producer.setPollInterval(10);
-  await new Promise<void>((resolve, reject) => producer.connect({}, (err) => (err ? reject(err) : resolve())));
+  await connectProducer(producer);
   return { producer, reports };
 }
 
-const connectAgain = (producer: Kafka.Producer) =>
+const connectProducer = (producer: Kafka.Producer) =>
   new Promise<void>((resolve, reject) => producer.connect({}, (err) => (err ? reject(err) : resolve())));
 const disconnect = (producer: Kafka.Producer) => new Promise<void>((resolve) => producer.disconnect(() => resolve()));
 
@@ -152,7 +152,8 @@ describe('Producer#produceBatch (patched into node-rdkafka)', () => {
   it('keeps its topic handle across calls, takes another topic when asked, and starts afresh after a reconnect', async () => {
     reports.length = 0;
     // The patch keeps the last topic's handle from call to call; a call for another topic replaces it,
-    // and disconnect releases it with the client it belongs to (a stale handle would crash here).
+    // and disconnect releases it with the client it belongs to (a handle kept from the old client,
+    // used after the reconnect, sent garbage: "Broker: Message size too large" when this was tried).
     const send = (to: string, id: string) => {
       const batch = encodePoints([point(id, 1)]);
       expect(producer.produceBatch(to, batch.data, batch.messages, Date.now(), id)).toBe(1);
@@ -163,7 +164,7 @@ describe('Producer#produceBatch (patched into node-rdkafka)', () => {
     send(topic, 'kept-3');
     await flush(producer);
     await disconnect(producer);
-    await connectAgain(producer);
+    await connectProducer(producer);
     // The same topic as the last call before the disconnect: a handle kept from the old client would be used.
     send(topic, 'kept-4');
     send(otherTopic, 'other-2');
