@@ -34,7 +34,6 @@ export class CountedHistogram {
   /** Observations per bucket (not cumulative); the last slot is +Inf. */
   private readonly counts: Float64Array;
   private sum = 0;
-  private count = 0;
 
   constructor(
     readonly name: string,
@@ -62,7 +61,6 @@ export class CountedHistogram {
     while (i < bounds.length && value > bounds[i]!) i++;
     this.counts[i]!++;
     this.sum += value;
-    this.count++;
   }
 
   get(): Promise<HistogramJson> {
@@ -72,10 +70,11 @@ export class CountedHistogram {
       cumulative += this.counts[i]!;
       values.push({ metricName: `${this.name}_bucket`, labels: { le: bound }, value: cumulative });
     });
+    const count = cumulative + this.counts[this.bounds.length]!;
     values.push(
-      { metricName: `${this.name}_bucket`, labels: { le: '+Inf' }, value: this.count },
+      { metricName: `${this.name}_bucket`, labels: { le: '+Inf' }, value: count },
       { metricName: `${this.name}_sum`, labels: {}, value: this.sum },
-      { metricName: `${this.name}_count`, labels: {}, value: this.count },
+      { metricName: `${this.name}_count`, labels: {}, value: count },
     );
     return Promise.resolve({ name: this.name, help: this.help, type: this.type, values, aggregator: this.aggregator });
   }
@@ -84,6 +83,5 @@ export class CountedHistogram {
   reset(): void {
     this.counts.fill(0);
     this.sum = 0;
-    this.count = 0;
   }
 }
