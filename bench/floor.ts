@@ -8,7 +8,10 @@
 //      reports only as in ACK_MODE=async: FLOOR_MESSAGES (1,000,000) of the encoded values handed over
 //      as the service does, one produceBatch() call per request (100 messages, and 1 for the floor
 //      of 1-point requests), with the CPU of the JavaScript thread and of librdkafka's threads apart
-//      (/proc/self/task); and, for comparison, one produce() call per message as before produceBatch;
+//      (/proc/self/task); and, for comparison, one produce() call per message as before produceBatch,
+//      and 100-message calls without librdkafka's statistics. The service keeps them on (the queue
+//      accounting and the broker state read them), and with them librdkafka times every message it
+//      writes into a batch: their cost is part of the floor;
 //   3. 100-message batches with a delivery report for every message (what a per-message latency
 //      histogram in ACK_MODE=async would cost, and why it has none).
 //   4. HTTP alone: uWebSockets.js answering 202 to every 1-point POST without looking at it
@@ -26,7 +29,7 @@ import Kafka from 'node-rdkafka';
 import { z } from 'zod';
 import { runsOnJemalloc, workerMallocEnv } from '../src/allocator.js';
 import { loadConfig } from '../src/config.js';
-import { producerSettings } from '../src/kafka/settings.js';
+import { producerSettings, STATS_INTERVAL_MS } from '../src/kafka/settings.js';
 import { encodePoints, messagesOf } from '../src/track-point/encode.js';
 import { TrackPointSchema, validatePoints, type TrackPoint } from '../src/track-point/schema.js';
 import { encodeValidBody } from '../src/track-point/single-pass.js';
@@ -95,15 +98,22 @@ function singlePass(bodies: readonly Buffer[]): number {
 type Reports = 'failures only' | 'every message';
 /** How the messages are handed over: produceBatch() calls of `batch` messages, or produce() per message. */
 type Handover = { batch: number } | 'produce()';
+/** librdkafka's statistics as the service has them (every STATS_INTERVAL_MS, each event parsed), or off. */
+type Statistics = 'as the service' | 'off';
 
-async function produce(topic: string, handover: Handover, reports: Reports): Promise<{ js: number; librdkafka: number; total: number; reports: number }> {
+async function produce(topic: string, handover: Handover, reports: Reports, statistics: Statistics): Promise<{ js: number; librdkafka: number; total: number; reports: number }> {
   const config = loadConfig({ ...process.env, MQ_BROKERS: BROKERS, MQ_TOPIC: topic, PRODUCER_QUEUE_MAX_POINTS: String(MESSAGES), PRODUCER_QUEUE_MAX_BYTES: String(1024 * MESSAGES) });
   const settings = producerSettings(config, 'bench-floor');
-  const global: Kafka.ProducerGlobalConfig = { ...settings.global, 'statistics.interval.ms': 0 };
+  const global: Kafka.ProducerGlobalConfig = { ...settings.global };
+  if (statistics === 'off') global['statistics.interval.ms'] = 0;
   if (reports === 'every message') Object.assign(global, { dr_msg_cb: false, dr_cb: true, 'delivery.report.only.error': false });
   const producer = new Kafka.Producer(global, settings.topic);
   let reported = 0;
   producer.on('delivery-report', () => reported++);
+  let statisticsEvents = 0;
+  producer.on('event.stats', (event: { message: string }) => {
+    statisticsEvents += (JSON.parse(event.message) as { msg_cnt: number }).msg_cnt >= 0 ? 1 : 0;
+  });
   producer.setPollInterval(10);
   await new Promise<void>((resolve, reject) => producer.connect({}, (err) => (err ? reject(err) : resolve())));
   const valid = validatePoints(JSON.parse(body.toString('utf8')) as unknown[]);
@@ -135,6 +145,7 @@ async function produce(topic: string, handover: Handover, reports: Reports): Pro
   while (reports === 'every message' && reported < MESSAGES) await new Promise((r) => setTimeout(r, 10));
   const threads1 = threadCpuSeconds();
   await new Promise<void>((resolve) => producer.disconnect(() => resolve()));
+  if ((statisticsEvents > 0) !== (statistics === 'as the service')) throw new Error(`statistics ${statistics}, yet ${statisticsEvents} statistics events`);
   let js = 0;
   let librdkafka = 0;
   for (const [name, seconds] of Object.entries(threads1)) {
@@ -205,16 +216,18 @@ async function measure(): Promise<void> {
   console.log(`    (encoding the 500 bodies of distinct coordinates in turn: ${f(distinctEncoding)})`);
   const topic = await createTopic(uniqueTopic('floor'));
   try {
-    console.log(`\nnode-rdkafka producer, ${MESSAGES} messages, the service's settings (µs of CPU per message):`);
-    const runs: { label: string; handover: Handover; reports: Reports }[] = [
-      { label: `produceBatch(), ${POINTS} a call, reports for failures only`, handover: { batch: POINTS }, reports: 'failures only' },
-      { label: `produceBatch(), ${POINTS} a call, reports for every message`, handover: { batch: POINTS }, reports: 'every message' },
-      { label: 'produceBatch(), 1 a call, reports for failures only', handover: { batch: 1 }, reports: 'failures only' },
-      { label: 'produce() per message (before produceBatch), failures only', handover: 'produce()', reports: 'failures only' },
+    console.log(`\nnode-rdkafka producer, ${MESSAGES} messages, the service's settings, librdkafka's statistics every ${STATS_INTERVAL_MS} ms unless a row says off (µs of CPU per message):`);
+    const service: Statistics = 'as the service';
+    const runs: { label: string; handover: Handover; reports: Reports; statistics: Statistics }[] = [
+      { label: `produceBatch(), ${POINTS} a call, reports for failures only`, handover: { batch: POINTS }, reports: 'failures only', statistics: service },
+      { label: `produceBatch(), ${POINTS} a call, reports for every message`, handover: { batch: POINTS }, reports: 'every message', statistics: service },
+      { label: 'produceBatch(), 1 a call, reports for failures only', handover: { batch: 1 }, reports: 'failures only', statistics: service },
+      { label: 'produce() per message (before produceBatch), failures only', handover: 'produce()', reports: 'failures only', statistics: service },
+      { label: `produceBatch(), ${POINTS} a call, failures only, statistics off`, handover: { batch: POINTS }, reports: 'failures only', statistics: 'off' },
     ];
     const best = new Map<string, number>();
     for (const run of [...runs, ...runs]) {
-      const r = await produce(topic, run.handover, run.reports);
+      const r = await produce(topic, run.handover, run.reports, run.statistics);
       best.set(run.label, Math.min(best.get(run.label) ?? Infinity, r.total));
       console.log(`  ${run.label.padEnd(60)}: JavaScript thread ${f(r.js)} + librdkafka threads ${f(r.librdkafka)} = ${f(r.total)}  (${r.reports} reports)`);
     }
