@@ -195,6 +195,8 @@ async function measure(): Promise<void> {
   console.log(`\nstages, ${REQUESTS} bodies (µs of CPU per point):`);
   console.log(`  single pass (encodeValidBody): bytes to messages, the path of a valid body  ${f(single)}`);
   console.log(`    the same on 500 bodies of distinct 6-decimal coordinates in turn, as real traffic: ${f(singlePass(distinctBodies))}`);
+  const computedBodies = Array.from({ length: 500 }, () => Buffer.from(JSON.stringify(benchPoints(POINTS, 'floor', 'computed'))));
+  console.log(`    the same on 500 bodies of distinct full-precision coordinates (a program's doubles): ${f(singlePass(computedBodies))}`);
   console.log('  the general path (a body the single pass leaves: escapes, non-ASCII text, an invalid point):');
   const general = generalStages();
   for (const [name, us] of Object.entries(general)) console.log(`    ${name.padEnd(34)} ${f(us)}`);

@@ -45,8 +45,9 @@ const OPEN_OBJECT = 123;
 const CLOSE_OBJECT = 125;
 
 /**
- * Significant digits of a plain number, read digit by digit (any other goes through Number()). Two decimals of at most 15 significant digits are never
- * the same double (DBL_DIG), so such a decimal, trailing zeros dropped, is the shortest text that
+ * Significant digits of a plain number whose double is known from its digits alone (readNumber
+ * guesses beyond). Two decimals of at most 15 significant digits are never the same double
+ * (DBL_DIG), so such a decimal, trailing zeros dropped, is the shortest text that
  * reads back as its double: what Number::toString, and so JSON.stringify, writes for it, when
  * 1e-6 ≤ |x| < 1e21 (fixed notation). Its digits r < 10^15 are an exact double, as is 10^k, so r / 10^k
  * is correctly rounded: the double JSON.parse gives.
@@ -54,8 +55,15 @@ const CLOSE_OBJECT = 125;
 const MAX_DIGITS = 15;
 /** Zeros after the point before the first significant digit: 0.000001 is written so, 0.0000001 as 1e-7. */
 const MAX_LEADING_ZEROS = 5;
-/** Exact powers of ten (text to double is correctly rounded, and 10^k is exact for k ≤ 22). */
-const POW10 = Float64Array.from({ length: MAX_DIGITS + 1 }, (_, k) => Number(`1e${k}`));
+/** The exact powers of ten, 10^0 to 10^22 (text to double is correctly rounded). */
+const POW10 = Float64Array.from({ length: 23 }, (_, k) => Number(`1e${k}`));
+
+/** Whether b[from, to) is text, byte for byte (text being ASCII). */
+function isWrittenAs(text: string, b: Uint8Array, from: number, to: number): boolean {
+  if (text.length !== to - from) return false;
+  for (let k = 0; k < text.length; k++) if (text.charCodeAt(k) !== b[from + k]) return false;
+  return true;
+}
 
 const bytesOf = (text: string) => Uint8Array.from(Buffer.from(text, 'utf8'));
 
@@ -275,12 +283,27 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
       // As written, unless it has trailing decimal zeros or is -0.
       numberAsWritten = fractionEnd - fraction === kept && !(sign === 1 && trimmed === 0);
     } else {
-      // Any other JSON number: Number() reads JSON's number grammar to the same double as JSON.parse.
-      const written = textOf(b).slice(numberStart, i);
-      value = Number(written);
-      const canonical = '' + value;
-      numberText[j] = canonical;
-      numberAsWritten = canonical === written;
+      // More significant digits than the above allows: most often a coordinate that a program computed
+      // and JSON.stringify wrote with 16 or 17 digits. Guess its double from the digits read (the
+      // quotient of a rounded integer, so it may be one off), and take the guess when Number::toString
+      // writes it exactly as the body has it: that text reads back as the guess, so the guess is the
+      // double JSON.parse gives, and the number is as written. Right for about 86 % of random doubles,
+      // it saves slicing the body's text, V8's string-to-double and comparing two strings
+      // (bench/HISTORY.md); anything else goes through Number().
+      const guess = exponent || kept >= POW10.length ? Number.NaN : (sign === 1 ? -trimmed : trimmed) / (POW10[kept] as number);
+      const guessText = '' + guess; // "NaN" is not the text of a JSON number
+      if (isWrittenAs(guessText, b, numberStart, i)) {
+        value = guess;
+        numberText[j] = guessText;
+        numberAsWritten = true;
+      } else {
+        // Any other JSON number: Number() reads JSON's number grammar to the same double as JSON.parse.
+        const written = textOf(b).slice(numberStart, i);
+        value = Number(written);
+        const canonical = '' + value;
+        numberText[j] = canonical;
+        numberAsWritten = canonical === written;
+      }
     }
     return (accepts[j] as (v: unknown) => boolean)(value) ? i : -1;
   }

@@ -217,6 +217,19 @@ describe('encodeValidBody', () => {
     expect(got).toStrictEqual(snapshot(general(b, MAX_POINTS)));
   });
 
+  it.each([
+    ['16 digits, its double known from them', '4.399900000000001', '4.4', '3'],
+    ['17 digits, the first guess an ulp off', '36.613301470728075', '-1.0035926367430559', '63.804395324743666'],
+    ['17 digits, the guess from the digits another double', '51.9', '-51.900099999999995', '0'],
+    ['17 digits, not the shortest text of its double', '4.3999999999999999', '0.30000000000000004', '12345678901234567'],
+    ['integers beyond 2^53', '1', '2', '9007199254740993'],
+  ])('reads numbers of many digits to the double JSON.parse gives: %s', (_name, lat, lon, speed) => {
+    const b = Buffer.from(`[{"container_id":"MSCU1234567","lat":${lat},"lon":${lon},"timestamp":"2024-05-01T12:00:00Z","speed":${speed}}]`);
+    const got = snapshot(encodeValidBody(b, MAX_POINTS));
+    expect(got).not.toBeNull();
+    expect(got).toStrictEqual(snapshot(general(b, MAX_POINTS)));
+  });
+
   it('leaves to the general path what it decides: errors, escapes, non-ASCII, duplicates, limits', () => {
     const valid = '{"container_id":"MSCU1234567","lat":51.9,"lon":4.4,"timestamp":"2024-05-01T12:00:00Z"}';
     for (const text of [
