@@ -59,6 +59,8 @@ const H_CONTENT_ENCODING = bytes('content-encoding');
 const H_CONTENT_LENGTH = bytes('content-length');
 const H_RETRY_AFTER = bytes('retry-after');
 const H_CONNECTION = bytes('connection');
+/** The Retry-After of every 500 the service answers (track-body.ts), as bytes. */
+const ONE_SECOND = bytes('1');
 const JSON_TYPE_BYTES = bytes(JSON_TYPE);
 const CLOSE = bytes('close');
 const H_ALLOW = bytes('allow');
@@ -246,7 +248,7 @@ export class HttpServer {
     }
     res.cork(() => {
       res.writeStatus(STATUS_BYTES[outcome.status]).writeHeader(H_CONTENT_TYPE, JSON_TYPE_BYTES);
-      if (outcome.retryAfter !== undefined) res.writeHeader(H_RETRY_AFTER, String(outcome.retryAfter));
+      if (outcome.retryAfter !== undefined) res.writeHeader(H_RETRY_AFTER, outcome.retryAfter === 1 ? ONE_SECOND : String(outcome.retryAfter));
       if (stopReading) res.writeHeader(H_CONNECTION, CLOSE);
       res.end(outcome.body, this.draining);
     });

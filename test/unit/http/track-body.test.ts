@@ -114,6 +114,26 @@ describe('handleTrackBody', () => {
       expect([r.status, r.json.error, r.retryAfter]).toEqual([500, 'broker_unavailable', 1]);
     },
   );
+
+  it('counts the points of each refused request as refused, though the answer is built once', () => {
+    const refused = new RecordingSink('queue_full');
+    const three = run(JSON.stringify([point, point, point]), { sink: refused });
+    const two = run(JSON.stringify([point, point]), { sink: refused });
+    const early = run(JSON.stringify([point, point]), { sink: new RecordingSink(null, 'queue_full') });
+    expect([three.points, two.points, early.points]).toEqual([3, 2, 0]);
+    expect([three.reason, two.reason, early.reason]).toEqual(['broker_unavailable', 'broker_unavailable', 'broker_unavailable']);
+    expect(two.body.toString()).toBe(three.body.toString());
+    expect(early.json.message).toMatch(/producer queue is full/);
+  });
+
+  it('names the limits of the server it answers for in its refusals', () => {
+    const other = { ...limits, brokerDownGraceMs: 1234, topic: 'other.topic' };
+    const down = handleTrackBody(Buffer.from('[]'), false, other, new RecordingSink(null, 'broker_down'));
+    const unknown = handleTrackBody(Buffer.from('[]'), false, other, new RecordingSink(null, 'topic_unknown'));
+    expect(JSON.parse(down.body.toString()).message).toMatch(/for more than 1234 ms/);
+    expect(JSON.parse(unknown.body.toString()).message).toMatch(/topic other\.topic does not exist/);
+    expect(JSON.parse(run('[]', { sink: new RecordingSink(null, 'broker_down') }).body.toString()).message).toMatch(/for more than 5000 ms/);
+  });
 });
 
 describe('acceptedBody', () => {
