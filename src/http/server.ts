@@ -9,7 +9,7 @@ import type { DeliveryTicket } from '../kafka/delivery-reports.js';
 import type { Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics.js';
 import { GET_PATHS, TRACK_PATH, type GetPath } from '../routes.js';
-import { deliveryFailed, handleTrackBody, refuse, type PointSink, type TrackLimits, type TrackOutcome } from './track-body.js';
+import { deliveryFailed, handleTrackBody, refuse, refusedBeforeBody, type PointSink, type TrackLimits, type TrackOutcome } from './track-body.js';
 
 export interface ServerDeps {
   config: Config;
@@ -176,6 +176,10 @@ export class HttpServer {
       // Refused before a byte of the body is read.
       return this.finishTrack(res, started, this.tooLarge, STOP_READING);
     }
+    // At the broker's limit a worker refuses most requests: answered before the body is read, a
+    // refusal costs no callback per chunk; uWS skips the body's bytes and the connection stays open.
+    const refused = refusedBeforeBody(this.limits, this.deps.producer);
+    if (refused !== null) return this.finishTrack(res, started, refused, KEEP_READING);
 
     // The body arrives in chunks that uWS owns and reuses after each callback: a single-chunk body
     // (the common case) is handled in place without a copy; longer bodies are copied as they come.

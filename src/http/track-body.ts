@@ -63,9 +63,15 @@ export function refuse(code: TrackRejection, message: string, points = 0, detail
 }
 
 /** ticket: null in ACK_MODE=async; in delivered mode, the request's ticket for tryEnqueue. */
+/** The answer to a request when the producer can take nothing now, whatever its body; null: read it. */
+export function refusedBeforeBody(limits: TrackLimits, sink: PointSink): TrackOutcome | null {
+  const refusal = sink.admission();
+  return refusal === null ? null : brokerUnavailable(refusal, limits, 0);
+}
+
 export function handleTrackBody(raw: Uint8Array, gzipped: boolean, limits: TrackLimits, sink: PointSink, ticket: DeliveryTicket | null = null): TrackOutcome {
-  const early = sink.admission();
-  if (early !== null) return brokerUnavailable(early, limits, 0);
+  const early = refusedBeforeBody(limits, sink);
+  if (early !== null) return early;
 
   let bytes = raw;
   if (gzipped) {

@@ -4,7 +4,7 @@ import { Agent, request } from 'node:http';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { uniqueTopic } from '../../support/kafka.js';
-import { raw } from '../helpers/raw-http.js';
+import { parseAnswer, raw } from '../helpers/raw-http.js';
 import { point, postTrack, startService, type Service } from '../helpers/service.js';
 import { fileTopic } from '../helpers/topic.js';
 
@@ -240,6 +240,25 @@ describe('when the producer cannot take the points', () => {
       expect(ready.status).toBe(503);
       const r = await postTrack(other.url, [point('x')]);
       expect([r.status, r.json.error, r.headers.get('retry-after')]).toEqual([500, 'broker_unavailable', '1']);
+
+      // Refused before its body is read, a request's body is still skipped to its end: on one
+      // keep-alive connection, bodies sent whole, in parts after the answer came, and chunked are
+      // each answered once, and nothing of them is taken for the next request.
+      const body = JSON.stringify(Array.from({ length: 40 }, (_, i) => point(`skip${i}`)));
+      const head = (extra: string) => `POST /track HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n${extra}\r\n`;
+      const { text, closed } = await raw(other.port, (s) => {
+        s.write(head(`Content-Length: ${body.length}\r\n`) + body);
+        s.write(head(`Content-Length: ${body.length}\r\n`) + body.slice(0, 100));
+        s.once('data', () => {
+          s.write(body.slice(100));
+          s.write(head('Transfer-Encoding: chunked\r\n') + `${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`);
+          s.write(head('Content-Length: 2\r\n') + '[]');
+        });
+      });
+      expect(closed).toBe(false);
+      const answers = text.split(/(?=HTTP\/1\.1 )/);
+      expect(answers.map((a) => parseAnswer(a).status)).toEqual([500, 500, 500, 500]);
+      expect(answers.map((a) => (parseAnswer(a).body as { error: string }).error)).toEqual(Array(4).fill('broker_unavailable'));
     } finally {
       await other.stop('SIGKILL');
     }
