@@ -19,6 +19,11 @@
 // CPU_BODIES=distinct (paced only) sends 500 bodies in turn whose points carry random 6-decimal
 // coordinates, as real traffic does, instead of one body again and again (bench/lib/points.ts says why).
 //
+// Then the cost of a refusal: each build started with no broker reachable (MQ_BROKERS at a closed
+// port), so that every request is answered 500 broker_unavailable, under wrk for CPU_REFUSED_SECONDS
+// (5; 0 skips it) with the 100-point body. At the broker's limit a worker refuses most requests of a
+// closed loop (the non-2xx column), and what each refusal costs is CPU the broker does not get.
+//
 // CPU_COMPARE=path/to/other/dist/src/main.js runs another build (an earlier commit's) side by side,
 // alternating with this one in each round, against the same broker: the ratio holds for one run
 // on one machine even where the absolute figures move with what else the machine does.
@@ -40,6 +45,7 @@ const SECONDS = Number(env.CPU_SECONDS ?? 10);
 const WARMUP_SECONDS = Number(env.CPU_WARMUP_SECONDS ?? 3);
 const CONNECTIONS = Number(env.CPU_CONNECTIONS ?? 32);
 const ROUNDS = Number(env.CPU_ROUNDS ?? 2);
+const REFUSED_SECONDS = Number(env.CPU_REFUSED_SECONDS ?? 5);
 const BROKER_WARMUP_SECONDS = Number(env.CPU_BROKER_WARMUP_SECONDS ?? 30);
 const SHAPES = (env.CPU_BATCHES ?? '100,10,1').split(',').map(Number);
 const RATES = env.CPU_RATE === undefined ? null : env.CPU_RATE.split(',').map(Number);
@@ -130,6 +136,24 @@ async function measure(build: { name: string; entry?: string }, points: number, 
   }
 }
 
+/** µs of CPU per request of a service that refuses every request (no broker), 100-point bodies. */
+async function measureRefused(build: { name: string; entry?: string }): Promise<{ requests: number; usPerRequest: number }> {
+  const closed = await freePort(); // nothing listens there: the producer stays 'connecting'
+  const target = await startTarget('ours', await freePort(), { MQ_BROKERS: `127.0.0.1:${closed}`, WORKERS: '1' }, build.entry, 'listening');
+  try {
+    const payload = JSON.stringify(benchPoints(100, 'refused'));
+    await wrk(target.url, payload, 2);
+    const pids = processTree(target.proc.pid!);
+    const cpu0 = cpuSeconds(pids);
+    const r = await wrk(target.url, payload, REFUSED_SECONDS);
+    const used = cpuSeconds(pids) - cpu0;
+    if (r.non2xx !== r.requests) throw new Error(`${build.name}: ${r.requests - r.non2xx} of ${r.requests} requests were not refused without a broker`);
+    return { requests: r.requests, usPerRequest: (used * 1e6) / r.requests };
+  } finally {
+    await target.stop();
+  }
+}
+
 const f = (n: number, d = 2) => n.toFixed(d);
 const rows: Row[] = [];
 console.log(`${RATES === null ? `wrk -t1 -c${CONNECTIONS}` : `${RATES.join(' / ')} points/s paced over ${CONNECTIONS} connections${DISTINCT ? ', 500 bodies of distinct coordinates' : ''}`}, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up (the broker's ${BROKER_WARMUP_SECONDS} s before), WORKERS=1, ${ROUNDS} rounds; builds: ${builds.map((b) => b.entry ?? b.name).join(' vs ')}`);
@@ -144,6 +168,17 @@ try {
         const r = await measure(build, points, round);
         rows.push(r);
         console.log(`| ${r.build} | ${r.points} | ${r.round} | ${f(r.usPerPoint)} | ${f(r.split.javascript)} / ${f(r.split.librdkafka)} / ${f(r.split.other)} | ${f(r.usPerRequest, 1)} | ${Math.round(r.pointsPerSecond)} | ${f(r.p99Ms)} | ${r.non2xx} | ${r.delivered} / ${r.accepted} |`);
+      }
+    }
+  }
+  if (REFUSED_SECONDS > 0) {
+    console.log(`\nrefused: no broker reachable, every request answered 500, wrk -t1 -c${CONNECTIONS} with 100-point bodies, ${REFUSED_SECONDS} s per row`);
+    console.log('| build | round | refused requests | µs CPU per refused request |');
+    console.log('|---|---|---|---|');
+    for (let round = 1; round <= ROUNDS; round++) {
+      for (const build of round % 2 === 1 ? builds : [...builds].reverse()) {
+        const r = await measureRefused(build);
+        console.log(`| ${build.name} | ${round} | ${r.requests} | ${f(r.usPerRequest)} |`);
       }
     }
   }

@@ -16,8 +16,11 @@ export interface Target {
   stop(): Promise<number | null>;
 }
 
-/** entry: another build of the same implementation (e.g. an older commit's dist/src/main.js), to compare. */
-export async function startTarget(impl: Impl, port: number, env: Record<string, string>, entry = ENTRY[impl]): Promise<Target> {
+/**
+ * entry: another build of the same implementation (e.g. an older commit's dist/src/main.js), to compare.
+ * until: 'ready' (below), or 'listening' for a service meant to refuse (no broker): any answer.
+ */
+export async function startTarget(impl: Impl, port: number, env: Record<string, string>, entry = ENTRY[impl], until: 'ready' | 'listening' = 'ready'): Promise<Target> {
   const proc = spawn(process.execPath, [entry], {
     env: { ...process.env, LISTEN_ADDR: `127.0.0.1:${port}`, LOG_LEVEL: 'warn', ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
@@ -40,6 +43,7 @@ export async function startTarget(impl: Impl, port: number, env: Record<string, 
   // when /readyz says the producer holds the topic's metadata.
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline) {
+    if (until === 'listening' && (await fetch(`${url}/healthz`).then((r) => r.ok).catch(() => false))) return target;
     const ok = await fetch(`${url}/track`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '[]' })
       .then((r) => r.status === 202)
       .catch(() => false);
