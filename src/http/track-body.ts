@@ -62,13 +62,13 @@ export function refuse(code: TrackRejection, message: string, points = 0, detail
   return { status, body, points, reason: code };
 }
 
-/** ticket: null in ACK_MODE=async; in delivered mode, the request's ticket for tryEnqueue. */
 /** The answer to a request when the producer can take nothing now, whatever its body; null: read it. */
 export function refusedBeforeBody(limits: TrackLimits, sink: PointSink): TrackOutcome | null {
   const refusal = sink.admission();
   return refusal === null ? null : brokerUnavailable(refusal, limits, 0);
 }
 
+/** ticket: null in ACK_MODE=async; in delivered mode, the request's ticket for tryEnqueue. */
 export function handleTrackBody(raw: Uint8Array, gzipped: boolean, limits: TrackLimits, sink: PointSink, ticket: DeliveryTicket | null = null): TrackOutcome {
   const early = refusedBeforeBody(limits, sink);
   if (early !== null) return early;
@@ -151,7 +151,8 @@ function refusalAnswers(limits: TrackLimits): RefusalAnswers {
   if (answers === undefined) {
     const build = (refusal: Refusal): TrackOutcome => {
       const { status, body } = errorAnswer('broker_unavailable', refusalMessage(refusal, limits));
-      return { status, body: Buffer.from(body, 'utf8'), points: 0, reason: 'broker_unavailable', retryAfter: RETRY_AFTER_S };
+      // Frozen: one object answers every request refused for this reason.
+      return Object.freeze({ status, body: Buffer.from(body, 'utf8'), points: 0, reason: 'broker_unavailable', retryAfter: RETRY_AFTER_S });
     };
     answers = {
       connecting: build('connecting'),
