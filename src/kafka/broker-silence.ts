@@ -50,19 +50,33 @@ export class BrokerSilence {
   /** When a broker last answered anything (ms); starts at the first statistics. */
   private lastAnswer: number | null = null;
 
-  /** One statistics snapshot (`now` in ms). Bootstrap entries (nodeid < 0) are not brokers. */
+  /**
+   * One statistics snapshot (`now` in ms). Bootstrap entries (nodeid < 0) are not brokers.
+   *
+   * librdkafka (since 2.10) removes a broker that a metadata answer leaves out, and adds it back, its
+   * counters from zero, once an answer lists it again. A KRaft broker thawed after more than its
+   * session timeout is fenced by the controller for 5-25 ms (the broker's log), and a fenced broker is
+   * left out of metadata answers. In freeze tests a worker sometimes lost its brokers at the thaw, and
+   * its stall never ended (the remembered entry kept its silence; no answer counted): it refused
+   * points until the test gave up (README, "A broker that stops answering"). So a broker missing from
+   * the snapshot is forgotten (with none left, "no broker reachable" is for the connection state to
+   * say), and `rx` that moved either way is an answer.
+   */
   observe(samples: readonly BrokerStatsSample[], now: number): void {
     this.lastAnswer ??= now;
+    const present = new Set<string>();
     for (const b of samples) {
       if (b.nodeid < 0) continue;
+      present.add(b.name);
       const seen = this.brokers.get(b.name);
       const waiting = b.state === 'UP' ? b.waitresp_cnt : 0;
-      const answered = seen !== undefined && b.rx > seen.rx;
+      const answered = seen !== undefined && b.rx !== seen.rx;
       if (answered) this.lastAnswer = now;
       let silentSince: number | null = null;
       if (waiting > 0) silentSince = answered || seen?.silentSince == null ? now : seen.silentSince;
       this.brokers.set(b.name, { nodeid: b.nodeid, rx: b.rx, silentSince, waiting });
     }
+    for (const name of this.brokers.keys()) if (!present.has(name)) this.brokers.delete(name);
   }
 
   /** Every broker seen, with how long it has left requests unanswered (0 while it answers). */

@@ -67,6 +67,27 @@ describe('BrokerSilence', () => {
     expect(s.stalled(6_000, GRACE)?.nodeid).toBe(2);
   });
 
+  it('is no longer stalled once librdkafka re-created the broker (its counters start again from zero)', () => {
+    const s = new BrokerSilence();
+    feed(s, 0, 1_000, (t) => [b(1, 5, 5_000 + t)]);
+    feed(s, 1_100, 12_000, () => [b(1, 5, 6_000)]); // frozen
+    expect(s.stalled(12_000, GRACE)).not.toBeNull();
+    // Removed after a metadata answer that listed no broker, then added back: rx counts from zero,
+    // and its first snapshot is an answer although rx is below the one seen before.
+    s.observe([b(1, 1, 3)], 12_100);
+    expect(s.stalled(12_100, GRACE)).toBeNull();
+    expect(s.brokersSilence(12_100)[0]!.silentMs).toBe(0);
+  });
+
+  it('forgets a broker that librdkafka no longer lists: it holds no requests', () => {
+    const s = new BrokerSilence();
+    feed(s, 0, 10_000, () => [b(1, 5, 7)]);
+    expect(s.stalled(10_000, GRACE)).not.toBeNull();
+    s.observe([], 10_100);
+    expect(s.stalled(10_100, GRACE)).toBeNull();
+    expect(s.brokersSilence(10_100)).toEqual([]);
+  });
+
   it('leaves brokers that are not UP to the connection state, and ignores bootstrap entries', () => {
     const s = new BrokerSilence();
     feed(s, 0, 10_000, () => [b(1, 5, 7, 'CONNECT'), { ...b(-1, 5, 0), name: '127.0.0.1:9092/bootstrap' }]);
