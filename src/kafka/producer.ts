@@ -299,6 +299,8 @@ export class TrackProducer {
     if (acknowledged > 0) this.metrics.delivered.inc(acknowledged);
     this.statistics.export(stats);
     const change = this.state.onStatistics(realBrokers(stats), topicLeaders(stats, this.topic));
+    // Reset first: a broker librdkafka no longer lists would otherwise keep its last silence.
+    this.metrics.brokerSilent.reset();
     for (const b of this.state.brokersSilence()) this.metrics.brokerSilent.labels(String(b.nodeid)).set(b.silentMs / 1000);
     if (change !== null && 'stalled' in change) {
       const { stalled } = change;
