@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ACCOUNTING_HEADER, AccountedLoad, accountingRow, expectEveryAcceptedPointOnce, type Accounting } from '../helpers/accounting.js';
 import { consumeAll, createTopic, leaderOf, uniqueTopic } from '../../support/kafka.js';
-import { metric, metricValue, point, postFresh, producerStateLines, startService, until, type Answer, type Service } from '../helpers/service.js';
+import { metric, metricValue, point, postFresh, producerStateChanges, producerStateLines, startService, until, type Answer, type Service } from '../helpers/service.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
 const CLUSTER = '127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092';
@@ -83,11 +83,7 @@ function workerPids(svc: Service): number[] {
 /** For each worker, how long after `since` its producer last went back to accepting points (its log). */
 function acceptingAgainMs(output: readonly string[], since: number): Record<string, number> {
   const out: Record<string, number> = {};
-  for (const line of output) {
-    if (!line.includes('"to":"accepting"')) continue;
-    const entry = JSON.parse(line) as { time: number; worker: string };
-    if (entry.time >= since - 30_000) out[entry.worker] = entry.time - since;
-  }
+  for (const { worker, time } of producerStateChanges(output, 'accepting')) if (time >= since - 30_000) out[worker] = time - since;
   return out;
 }
 

@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ACCOUNTING_HEADER, AccountedLoad, accountingRow, expectEveryAcceptedPointOnce } from '../helpers/accounting.js';
 import { consumeAll, createTopic, deleteTopic, uniqueTopic } from '../../support/kafka.js';
-import { metricValue, point, postFresh, producerStateLines, startService, until, type Answer, type Service } from '../helpers/service.js';
+import { metricValue, point, postFresh, producerStateChanges, producerStateLines, startService, until, type Answer, type Service } from '../helpers/service.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
 const kafka = (...args: string[]) => execFileSync(KAFKA_SH, args, { stdio: ['ignore', 'pipe', 'inherit'] }).toString().trim();
@@ -62,11 +62,7 @@ async function untilExplained(svc: Service, what: string, fn: () => Promise<bool
  */
 function stallTimes(svc: Service, after: number): Map<string, number> {
   const times = new Map<string, number>();
-  for (const l of svc.output) {
-    if (!l.includes('"to":"broker_stalled"')) continue;
-    const { worker, time } = JSON.parse(l) as { worker: string; time: number };
-    if (time >= after && !times.has(worker)) times.set(worker, time);
-  }
+  for (const { worker, time } of producerStateChanges(svc.output, 'broker_stalled')) if (time >= after && !times.has(worker)) times.set(worker, time);
   return times;
 }
 

@@ -154,6 +154,12 @@ export function producerStateLines(output: readonly string[]): string {
   return output.filter((l) => /producer state changed|answer again|answered nothing/.test(l)).join('\n');
 }
 
+/** Each change of a worker's producer to this state (its log lines), in the order logged. */
+export function producerStateChanges(output: readonly string[], to: string): { worker: string; time: number }[] {
+  const needle = `"to":"${to}"`;
+  return output.filter((l) => l.includes(needle)).map((l) => JSON.parse(l) as { worker: string; time: number });
+}
+
 /** A status and its body: a failed expectation on answers then shows why they were refused. */
 export interface Answer {
   status: number;
