@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Applies patches/node-rdkafka-3.6.1-produce-batch.patch to the installed node-rdkafka and rebuilds its
-# addon: Producer#produceBatch hands librdkafka every message of a request in one native call (README,
-# "One native call per request" says why). npm runs this after `npm ci` (package.json "postinstall").
+# Applies patches/ to the installed node-rdkafka and rebuilds what they change. npm runs this after
+# `npm ci` (package.json "postinstall").
+# - librdkafka-2.12-keep-brokers-on-empty-metadata.patch: librdkafka (bundled by node-rdkafka) keeps its
+#   brokers when a Metadata answer lists none, instead of dropping them all (README, "A broker that
+#   stops answering"). librdkafka is rebuilt with its own `make libs install`: node-rdkafka's gyp
+#   action runs only when config.h changes, and the addon loads build/deps/librdkafka.so.1 (about
+#   20 s on 2 cores, only the changed file compiled again).
+# - node-rdkafka-3.6.1-produce-batch.patch: Producer#produceBatch hands librdkafka every message of a
+#   request in one native call (README, "One native call per request" says why). The addon is
+#   rebuilt with `node-gyp build`, not `rebuild`: only the changed C++ files are compiled again
+#   (about 20 s).
 #
-# Idempotent: does nothing when the addon already has produceBatch. The rebuild is `node-gyp build`,
-# not `rebuild`: librdkafka, compiled by node-rdkafka's own install, is kept, and only the changed
-# C++ files are compiled again (about 20 s on 2 cores).
+# Idempotent: each step does nothing when its result is already in place.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 patch_file=$root/patches/node-rdkafka-3.6.1-produce-batch.patch
@@ -22,6 +28,36 @@ if [[ $version != 3.6.1 ]]; then
   exit 1
 fi
 
+# --- librdkafka: keep the brokers on a Metadata answer that lists none ---
+lib_patch=$root/patches/librdkafka-2.12-keep-brokers-on-empty-metadata.patch
+lib_source=$module/deps/librdkafka/src/rdkafka_metadata.c
+lib=$module/build/deps/librdkafka.so.1
+# The stamp holds the checksum of the library built from the patched source: a library built before
+# the patch (or by node-rdkafka's own install afterwards) does not match it.
+lib_stamp=$module/build/deps/.keep-brokers-patch.sha256
+if grep -q 'librdkafka issue #5301' "$lib_source"; then
+  echo "patch-node-rdkafka.sh: librdkafka sources already patched"
+else
+  patch --directory="$module" --strip=1 --forward --quiet <"$lib_patch"
+  echo "patch-node-rdkafka.sh: applied $(basename "$lib_patch")"
+fi
+if [[ -f $lib && -f $lib_stamp ]] && sha256sum --check --status "$lib_stamp"; then
+  echo "patch-node-rdkafka.sh: librdkafka already built from the patched source"
+else
+  echo "patch-node-rdkafka.sh: rebuilding librdkafka (only the changed file is compiled)"
+  lib_log=$(mktemp)
+  if ! make -C "$module/deps/librdkafka" libs install >"$lib_log" 2>&1; then
+    tail -n 40 "$lib_log" >&2
+    rm -f "$lib_log"
+    echo "patch-node-rdkafka.sh: make -C deps/librdkafka libs install failed (above: the end of its output)" >&2
+    exit 1
+  fi
+  rm -f "$lib_log"
+  sha256sum "$lib" >"$lib_stamp"
+  echo "patch-node-rdkafka.sh: librdkafka rebuilt into build/deps"
+fi
+
+# --- node-rdkafka: Producer#produceBatch ---
 # A string that this version of the patch writes into the sources and, as an error message, into the
 # addon: an install patched by an earlier version of patches/ lacks it.
 marker='produceBatch(topic: string, data: Uint8Array'
