@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
-# Multi-stage: node-rdkafka compiles librdkafka in the build stage, then patches/ is applied and its
-# addon rebuilt (compilers, headers and patch(1) stay there); the runtime image has Node, the
-# compiled JavaScript, production node_modules, the shared libraries librdkafka links against
+# Multi-stage: node-rdkafka compiles librdkafka in the build stage, then patches/ is applied and
+# librdkafka and the addon rebuilt (compilers, headers and patch(1) stay there); the runtime image has
+# Node, the compiled JavaScript, production node_modules, the shared libraries librdkafka links against
 # (OpenSSL 3, zlib) and jemalloc, which the workers run on (WORKER_MALLOC=auto, src/allocator.ts), and
 # runs as a non-root user.
 # The build steps are scripts/image-build.sh's, which also runs them without Docker (and is tested).

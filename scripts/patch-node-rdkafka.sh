@@ -41,7 +41,7 @@ else
   patch --directory="$module" --strip=1 --forward --quiet <"$lib_patch"
   echo "patch-node-rdkafka.sh: applied $(basename "$lib_patch")"
 fi
-if [[ -f $lib && -f $lib_stamp ]] && sha256sum --check --status "$lib_stamp"; then
+if [[ -f $lib && -f $lib_stamp ]] && (cd "$(dirname "$lib")" && sha256sum --check --status "$lib_stamp"); then
   echo "patch-node-rdkafka.sh: librdkafka already built from the patched source"
 else
   echo "patch-node-rdkafka.sh: rebuilding librdkafka (only the changed file is compiled)"
@@ -53,7 +53,8 @@ else
     exit 1
   fi
   rm -f "$lib_log"
-  sha256sum "$lib" >"$lib_stamp"
+  # Relative to build/deps: a node_modules copied elsewhere (the image) still checks.
+  (cd "$(dirname "$lib")" && sha256sum "$(basename "$lib")") >"$lib_stamp"
   echo "patch-node-rdkafka.sh: librdkafka rebuilt into build/deps"
 fi
 
