@@ -6,9 +6,12 @@
 #                                     and :9095 (TLS with client certificates; CA and certificates
 #                                     generated once into .run/kafka/tls)
 #   scripts/kafka.sh start --cluster  three brokers on 127.0.0.1:19092,29092,39092 (RF 3, min ISR 2)
-#   scripts/kafka.sh stop [--cluster|--all]
+#   scripts/kafka.sh start --fencing  one broker on 127.0.0.1:49092 that its own controller fences for
+#                                     about 6 s of every 8 (it heartbeats every 8 s, the session lasts 2 s):
+#                                     while fenced it answers metadata listing no broker (fault tests)
+#   scripts/kafka.sh stop [--cluster|--fencing|--all]
 #   scripts/kafka.sh status
-#   scripts/kafka.sh topic NAME [PARTITIONS] [--cluster]     create if missing, then describe
+#   scripts/kafka.sh topic NAME [PARTITIONS] [--cluster|--fencing]  create if missing, then describe
 #   scripts/kafka.sh consume [TOPIC] [--cluster]             print key, partition, value from the start
 #   scripts/kafka.sh topic-config NAME KEY=VALUE [--cluster]  change a topic setting (fault tests)
 #   scripts/kafka.sh kill-node N | stop-node N | start-node N  cluster fault injection (kill -9 / stop / restart)
@@ -182,6 +185,26 @@ leader.imbalance.check.interval.seconds=10"
   done
 }
 
+# A broker whose heartbeat interval (8 s) outlasts its session (2 s): the controller fences it 2 s after
+# each heartbeat and the next one unfences it. Kafka only logs an error for that setting. Fenced, the
+# broker leads no partition and leaves itself out of its metadata answers, which then list no broker:
+# what a lone broker cut off from its controller quorum, or any KRaft broker in the moment after a
+# long pause, answers.
+fencing_config() {
+  node_config fencing 1 49092 49093 "1@127.0.0.1:49093" "listeners=PLAINTEXT://127.0.0.1:49092,CONTROLLER://127.0.0.1:49093
+advertised.listeners=PLAINTEXT://127.0.0.1:49092
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+default.replication.factor=1
+min.insync.replicas=1
+broker.session.timeout.ms=2000
+broker.heartbeat.interval.ms=8000"
+}
+
 pid_of() { local f=$RUN/$1/pid; [[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null && cat "$f"; return 0; }
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -261,6 +284,17 @@ start_cluster() {
 }
 CLUSTER_BOOTSTRAP=127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092
 
+start_fencing() {
+  local t0=$SECONDS
+  fetch; write_log4j
+  if [[ -n $(pid_of fencing) ]]; then say "fencing broker already running on 127.0.0.1:49092 (pid $(pid_of fencing))"; return 0; fi
+  fencing_config
+  format_node fencing "$(cluster_id fencing)"
+  launch_node fencing 49092
+  wait_ready 127.0.0.1:49092 fencing
+  say "fencing broker ready on 127.0.0.1:49092 (fenced by its controller about 6 s of every 8) in $((SECONDS - t0)) s"
+}
+
 stop_node() {
   local name=$1 pid sig=${2:-TERM} i
   pid=$(pid_of "$name")
@@ -281,7 +315,7 @@ stop_all_of() {
 
 status() {
   local n any=0
-  for n in single node1 node2 node3; do
+  for n in single node1 node2 node3 fencing; do
     if [[ -n $(pid_of "$n") ]]; then say "$n running (pid $(pid_of "$n"))"; any=1; fi
   done
   ((any)) || say "no broker running"
@@ -289,19 +323,20 @@ status() {
 }
 
 cmd=${1:-help}; shift || true
-cluster=0; all=0
+cluster=0; fencing=0; all=0
 args=()
 for a in "$@"; do
-  case $a in --cluster) cluster=1 ;; --all) all=1 ;; *) args+=("$a") ;; esac
+  case $a in --cluster) cluster=1 ;; --fencing) fencing=1 ;; --all) all=1 ;; *) args+=("$a") ;; esac
 done
-bootstrap() { ((cluster)) && echo "$CLUSTER_BOOTSTRAP" || echo 127.0.0.1:9092; }
+bootstrap() { if ((cluster)); then echo "$CLUSTER_BOOTSTRAP"; elif ((fencing)); then echo 127.0.0.1:49092; else echo 127.0.0.1:9092; fi; }
 
 case $cmd in
   fetch) fetch ;;
-  start) if ((cluster)); then start_cluster; else start_single; fi ;;
+  start) if ((cluster)); then start_cluster; elif ((fencing)); then start_fencing; else start_single; fi ;;
   stop)
-    if ((all)); then stop_all_of single node1 node2 node3
+    if ((all)); then stop_all_of single node1 node2 node3 fencing
     elif ((cluster)); then stop_all_of node1 node2 node3
+    elif ((fencing)); then stop_all_of fencing
     else stop_all_of single; fi
     say "stopped" ;;
   status) status ;;
@@ -338,6 +373,6 @@ case $cmd in
   start-node)
     n=${args[0]:?node number 1-3}; write_log4j
     launch_node "node$n" "${n}9092"; wait_ready "127.0.0.1:${n}9092" "node$n"; say "node$n back on 127.0.0.1:${n}9092" ;;
-  help|-h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' ;;
+  help|-h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) die "unknown command '$cmd' (try: $0 help)" ;;
 esac
