@@ -5,7 +5,7 @@
 #   brokers when a Metadata answer lists none, instead of dropping them all (README, "A broker that
 #   stops answering"). librdkafka is rebuilt with its own `make libs install`: node-rdkafka's gyp
 #   action runs only when config.h changes, and the addon loads build/deps/librdkafka.so.1 (about
-#   20 s on 2 cores, only the changed file compiled again).
+#   15 s on 2 cores, only the changed file compiled again).
 # - node-rdkafka-3.6.1-produce-batch.patch: Producer#produceBatch hands librdkafka every message of a
 #   request in one native call (README, "One native call per request" says why). The addon is
 #   rebuilt with `node-gyp build`, not `rebuild`: only the changed C++ files are compiled again
