@@ -6,7 +6,7 @@
 #                                     and :9095 (TLS with client certificates; CA and certificates
 #                                     generated once into .run/kafka/tls)
 #   scripts/kafka.sh start --cluster  three brokers on 127.0.0.1:19092,29092,39092 (RF 3, min ISR 2)
-#   scripts/kafka.sh start --fencing  one broker on 127.0.0.1:49092 that its own controller fences for
+#   scripts/kafka.sh start --fencing  one broker on 127.0.0.1:9192 that its own controller fences for
 #                                     about 6 s of every 8 (it heartbeats every 8 s, the session lasts 2 s):
 #                                     while fenced it answers metadata listing no broker (fault tests)
 #   scripts/kafka.sh stop [--cluster|--fencing|--all]
@@ -189,10 +189,11 @@ leader.imbalance.check.interval.seconds=10"
 # each heartbeat and the next one unfences it. Kafka only logs an error for that setting. Fenced, the
 # broker leads no partition and leaves itself out of its metadata answers, which then list no broker:
 # what a lone broker cut off from its controller quorum, or any KRaft broker in the moment after a
-# long pause, answers.
+# long pause, answers. Its ports are below Linux's ephemeral range (32768-60999), where any outgoing
+# connection can hold them (49092 was taken so once, in CI, while other tests ran).
 fencing_config() {
-  node_config fencing 1 49092 49093 "1@127.0.0.1:49093" "listeners=PLAINTEXT://127.0.0.1:49092,CONTROLLER://127.0.0.1:49093
-advertised.listeners=PLAINTEXT://127.0.0.1:49092
+  node_config fencing 1 9192 9193 "1@127.0.0.1:9193" "listeners=PLAINTEXT://127.0.0.1:9192,CONTROLLER://127.0.0.1:9193
+advertised.listeners=PLAINTEXT://127.0.0.1:9192
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 offsets.topic.replication.factor=1
 transaction.state.log.replication.factor=1
@@ -287,12 +288,12 @@ CLUSTER_BOOTSTRAP=127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092
 start_fencing() {
   local t0=$SECONDS
   fetch; write_log4j
-  if [[ -n $(pid_of fencing) ]]; then say "fencing broker already running on 127.0.0.1:49092 (pid $(pid_of fencing))"; return 0; fi
+  if [[ -n $(pid_of fencing) ]]; then say "fencing broker already running on 127.0.0.1:9192 (pid $(pid_of fencing))"; return 0; fi
   fencing_config
   format_node fencing "$(cluster_id fencing)"
-  launch_node fencing 49092
-  wait_ready 127.0.0.1:49092 fencing
-  say "fencing broker ready on 127.0.0.1:49092 (fenced by its controller about 6 s of every 8) in $((SECONDS - t0)) s"
+  launch_node fencing 9192
+  wait_ready 127.0.0.1:9192 fencing
+  say "fencing broker ready on 127.0.0.1:9192 (fenced by its controller about 6 s of every 8) in $((SECONDS - t0)) s"
 }
 
 stop_node() {
@@ -328,7 +329,7 @@ args=()
 for a in "$@"; do
   case $a in --cluster) cluster=1 ;; --fencing) fencing=1 ;; --all) all=1 ;; *) args+=("$a") ;; esac
 done
-bootstrap() { if ((cluster)); then echo "$CLUSTER_BOOTSTRAP"; elif ((fencing)); then echo 127.0.0.1:49092; else echo 127.0.0.1:9092; fi; }
+bootstrap() { if ((cluster)); then echo "$CLUSTER_BOOTSTRAP"; elif ((fencing)); then echo 127.0.0.1:9192; else echo 127.0.0.1:9092; fi; }
 
 case $cmd in
   fetch) fetch ;;
