@@ -37,7 +37,7 @@ broker: ## start the local single-node Kafka on 127.0.0.1:9092
 broker-stop: ## stop the local single-node Kafka
 	@scripts/kafka.sh stop
 
-cluster: ## start a 3-broker Kafka cluster on 127.0.0.1:19092,29092,39092
+cluster: ## start a 3-broker Kafka cluster on 127.0.0.1:19092,19192,19292
 	@scripts/kafka.sh start --cluster
 
 cluster-stop: ## stop the 3-broker cluster

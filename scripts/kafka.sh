@@ -5,7 +5,7 @@
 #   scripts/kafka.sh start            one broker on 127.0.0.1:9092 (PLAINTEXT), :9094 (SASL/PLAIN)
 #                                     and :9095 (TLS with client certificates; CA and certificates
 #                                     generated once into .run/kafka/tls)
-#   scripts/kafka.sh start --cluster  three brokers on 127.0.0.1:19092,29092,39092 (RF 3, min ISR 2)
+#   scripts/kafka.sh start --cluster  three brokers on 127.0.0.1:19092,19192,19292 (RF 3, min ISR 2)
 #   scripts/kafka.sh start --fencing  one broker on 127.0.0.1:9192 that its own controller fences for
 #                                     about 6 s of every 8 (it heartbeats every 8 s, the session lasts 2 s):
 #                                     while fenced it answers metadata listing no broker (fault tests)
@@ -166,11 +166,16 @@ default.replication.factor=1
 min.insync.replicas=1"
 }
 
+# node_port N [2|3]: cluster node N's broker port (19092, 19192, 19292), or with 3 its controller's.
+# All below Linux's ephemeral range (32768-60999), where an outgoing connection can hold a port (node
+# 3 was on 39092 until the fencing broker, on 49092, could not bind in CI for that reason).
+node_port() { echo $((19090 + ($1 - 1) * 100 + ${2:-2})); }
+
 cluster_config() {
-  local voters="1@127.0.0.1:19093,2@127.0.0.1:29093,3@127.0.0.1:39093" i
+  local voters="1@127.0.0.1:$(node_port 1 3),2@127.0.0.1:$(node_port 2 3),3@127.0.0.1:$(node_port 3 3)" i
   for i in 1 2 3; do
-    node_config "node$i" "$i" "${i}9092" "${i}9093" "$voters" "listeners=PLAINTEXT://127.0.0.1:${i}9092,CONTROLLER://127.0.0.1:${i}9093
-advertised.listeners=PLAINTEXT://127.0.0.1:${i}9092
+    node_config "node$i" "$i" "$(node_port "$i")" "$(node_port "$i" 3)" "$voters" "listeners=PLAINTEXT://127.0.0.1:$(node_port "$i"),CONTROLLER://127.0.0.1:$(node_port "$i" 3)
+advertised.listeners=PLAINTEXT://127.0.0.1:$(node_port "$i")
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 offsets.topic.replication.factor=3
 transaction.state.log.replication.factor=3
@@ -278,12 +283,12 @@ start_cluster() {
   cluster_config
   cid=$(cluster_id cluster)
   for i in 1 2 3; do format_node "node$i" "$cid"; done
-  for i in 1 2 3; do launch_node "node$i" "${i}9092"; done
+  for i in 1 2 3; do launch_node "node$i" "$(node_port "$i")"; done
   wait_ready 127.0.0.1:19092 node1
   create_topic "$CLUSTER_BOOTSTRAP" "$TOPIC_DEFAULT" "$PARTITIONS_DEFAULT" 3
   say "3-broker cluster ready on $CLUSTER_BOOTSTRAP with topic $TOPIC_DEFAULT ($PARTITIONS_DEFAULT partitions, RF 3, min ISR 2) in $((SECONDS - t0)) s"
 }
-CLUSTER_BOOTSTRAP=127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092
+CLUSTER_BOOTSTRAP=127.0.0.1:19092,127.0.0.1:19192,127.0.0.1:19292
 
 start_fencing() {
   local t0=$SECONDS
@@ -373,7 +378,7 @@ case $cmd in
   stop-node) stop_node "node${args[0]:?node number 1-3}" TERM ;;
   start-node)
     n=${args[0]:?node number 1-3}; write_log4j
-    launch_node "node$n" "${n}9092"; wait_ready "127.0.0.1:${n}9092" "node$n"; say "node$n back on 127.0.0.1:${n}9092" ;;
+    launch_node "node$n" "$(node_port "$n")"; wait_ready "127.0.0.1:$(node_port "$n")" "node$n"; say "node$n back on 127.0.0.1:$(node_port "$n")" ;;
   help|-h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) die "unknown command '$cmd' (try: $0 help)" ;;
 esac

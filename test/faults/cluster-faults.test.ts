@@ -13,7 +13,7 @@ import { consumeAll, createTopic, leaderOf, uniqueTopic } from '../../support/ka
 import { metric, metricValue, point, postFresh, producerStateChanges, producerStateLines, startService, until, type Answer, type Service } from '../helpers/service.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
-const CLUSTER = '127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092';
+const CLUSTER = '127.0.0.1:19092,127.0.0.1:19192,127.0.0.1:19292';
 const RESULTS = fileURLToPath(new URL('../../.run/reliability.md', import.meta.url));
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const kafka = (...args: string[]) => execFileSync(KAFKA_SH, args, { stdio: ['ignore', 'pipe', 'inherit'] }).toString().trim();
