@@ -2,9 +2,11 @@
 // leaves itself out). librdkafka 2.12 took such an answer to mean that every broker it knew was gone,
 // the bootstrap broker included, and the worker never connected again: points it had answered 202
 // were not delivered (librdkafka #5301; patches/librdkafka-2.12-keep-brokers-on-empty-metadata.patch;
-// without it, this test lost 10 and 8,980 points in two runs, both workers `broker_down`). A thawed single broker is fenced for a few ms, so the freeze test met that answer
-// about once in 30-50 runs; `kafka.sh start --fencing` is a broker that its controller fences for about
-// 6 s of every 8, so every run here meets it, many times.
+// without it, this test lost 10 and 8,980 points in two runs, both workers `broker_down`). A thawed
+// single broker is fenced for a few ms, so the freeze test met that answer about once in 30-50 runs;
+// `kafka.sh start --fencing` is a broker that its controller fences for about 6 s of every 8, and each
+// worker asks for the topic's metadata every second (broker-link.ts), so every run here meets it many
+// times.
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -82,7 +84,7 @@ describe('a broker its controller keeps fencing (metadata answers that list no b
     const a = load.account(messages);
     console.log(`${ACCOUNTING_HEADER}\n${accountingRow(`broker fenced by its controller ${fences} times during ${LOAD_MS / 1000} s of load`, a)}\n(20 fresh requests: ${answers.filter((r) => r.status === 202).length} answered 202 ${takingMs} ms after the load)`);
     console.log(producerStateLines(svc.output));
-    // The scenario happened: the broker was fenced while the workers had points for it.
+    // The scenario happened: the broker was fenced, several times, while the workers were polling it.
     expect(fences).toBeGreaterThanOrEqual(2);
     expect(answers.filter((r) => r.status !== 202), producerStateLines(svc.output)).toEqual([]);
     expectEveryAcceptedPointOnce(a, 1_000);
