@@ -142,6 +142,13 @@ tls_material() {
   say "TLS material generated in $TLS (ca.pem, client.pem, client.key)"
 }
 
+# replication RF MIN_ISR: the replication settings of a node's topics, internal ones included.
+replication() {
+  printf '%s\n' "offsets.topic.replication.factor=$1" "transaction.state.log.replication.factor=$1" \
+    "transaction.state.log.min.isr=$2" "share.coordinator.state.topic.replication.factor=$1" \
+    "share.coordinator.state.topic.min.isr=$2" "default.replication.factor=$1" "min.insync.replicas=$2"
+}
+
 single_config() {
   tls_material
   node_config single 1 9092 9093 "1@127.0.0.1:9093" "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,SASL_PLAINTEXT://127.0.0.1:9094,SSL://127.0.0.1:9095
@@ -157,13 +164,7 @@ ssl.truststore.password=$TLS_PASSWORD
 ssl.client.auth=required
 sasl.enabled.mechanisms=PLAIN
 listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"$SASL_USER\" password=\"$SASL_PASSWORD\" user_$SASL_USER=\"$SASL_PASSWORD\";
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-default.replication.factor=1
-min.insync.replicas=1"
+$(replication 1 1)"
 }
 
 # node_port N [2|3]: cluster node N's broker port (19092, 19192, 19292), or with 3 its controller's.
@@ -177,13 +178,7 @@ cluster_config() {
     node_config "node$i" "$i" "$(node_port "$i")" "$(node_port "$i" 3)" "$voters" "listeners=PLAINTEXT://127.0.0.1:$(node_port "$i"),CONTROLLER://127.0.0.1:$(node_port "$i" 3)
 advertised.listeners=PLAINTEXT://127.0.0.1:$(node_port "$i")
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-offsets.topic.replication.factor=3
-transaction.state.log.replication.factor=3
-transaction.state.log.min.isr=2
-share.coordinator.state.topic.replication.factor=3
-share.coordinator.state.topic.min.isr=2
-default.replication.factor=3
-min.insync.replicas=2
+$(replication 3 2)
 broker.session.timeout.ms=4000
 broker.heartbeat.interval.ms=1000
 leader.imbalance.check.interval.seconds=10"
@@ -196,17 +191,13 @@ leader.imbalance.check.interval.seconds=10"
 # what a lone broker cut off from its controller quorum, or any KRaft broker in the moment after a
 # long pause, answers. Its ports are below Linux's ephemeral range (32768-60999), where any outgoing
 # connection can hold them (49092 was taken so once, in CI, while other tests ran).
+FENCING_PORT=9192
 fencing_config() {
-  node_config fencing 1 9192 9193 "1@127.0.0.1:9193" "listeners=PLAINTEXT://127.0.0.1:9192,CONTROLLER://127.0.0.1:9193
-advertised.listeners=PLAINTEXT://127.0.0.1:9192
+  local cport=$((FENCING_PORT + 1))
+  node_config fencing 1 "$FENCING_PORT" "$cport" "1@127.0.0.1:$cport" "listeners=PLAINTEXT://127.0.0.1:$FENCING_PORT,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$FENCING_PORT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-default.replication.factor=1
-min.insync.replicas=1
+$(replication 1 1)
 broker.session.timeout.ms=2000
 broker.heartbeat.interval.ms=8000"
 }
@@ -293,12 +284,12 @@ CLUSTER_BOOTSTRAP=127.0.0.1:19092,127.0.0.1:19192,127.0.0.1:19292
 start_fencing() {
   local t0=$SECONDS
   fetch; write_log4j
-  if [[ -n $(pid_of fencing) ]]; then say "fencing broker already running on 127.0.0.1:9192 (pid $(pid_of fencing))"; return 0; fi
+  if [[ -n $(pid_of fencing) ]]; then say "fencing broker already running on 127.0.0.1:$FENCING_PORT (pid $(pid_of fencing))"; return 0; fi
   fencing_config
   format_node fencing "$(cluster_id fencing)"
-  launch_node fencing 9192
-  wait_ready 127.0.0.1:9192 fencing
-  say "fencing broker ready on 127.0.0.1:9192 (fenced by its controller about 6 s of every 8) in $((SECONDS - t0)) s"
+  launch_node fencing "$FENCING_PORT"
+  wait_ready "127.0.0.1:$FENCING_PORT" fencing
+  say "fencing broker ready on 127.0.0.1:$FENCING_PORT (fenced by its controller about 6 s of every 8) in $((SECONDS - t0)) s"
 }
 
 stop_node() {
@@ -334,7 +325,7 @@ args=()
 for a in "$@"; do
   case $a in --cluster) cluster=1 ;; --fencing) fencing=1 ;; --all) all=1 ;; *) args+=("$a") ;; esac
 done
-bootstrap() { if ((cluster)); then echo "$CLUSTER_BOOTSTRAP"; elif ((fencing)); then echo 127.0.0.1:9192; else echo 127.0.0.1:9092; fi; }
+bootstrap() { if ((cluster)); then echo "$CLUSTER_BOOTSTRAP"; elif ((fencing)); then echo "127.0.0.1:$FENCING_PORT"; else echo 127.0.0.1:9092; fi; }
 
 case $cmd in
   fetch) fetch ;;

@@ -28,6 +28,21 @@ if [[ $version != 3.6.1 ]]; then
   exit 1
 fi
 
+# quietly WHAT DIR COMMAND...: runs a build in DIR with its output set aside; on failure shows the end
+# of that output and stops.
+quietly() {
+  local what=$1 dir=$2 log
+  shift 2
+  log=$(mktemp)
+  if ! (cd "$dir" && "$@") >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    rm -f "$log"
+    echo "patch-node-rdkafka.sh: $what failed (above: the end of its output)" >&2
+    exit 1
+  fi
+  rm -f "$log"
+}
+
 # --- librdkafka: keep the brokers on a Metadata answer that lists none ---
 lib_patch=$root/patches/librdkafka-2.12-keep-brokers-on-empty-metadata.patch
 lib_source=$module/deps/librdkafka/src/rdkafka_metadata.c
@@ -45,14 +60,7 @@ if [[ -f $lib && -f $lib_stamp ]] && (cd "$(dirname "$lib")" && sha256sum --chec
   echo "patch-node-rdkafka.sh: librdkafka already built from the patched source"
 else
   echo "patch-node-rdkafka.sh: rebuilding librdkafka (only the changed file is compiled)"
-  lib_log=$(mktemp)
-  if ! make -C "$module/deps/librdkafka" libs install >"$lib_log" 2>&1; then
-    tail -n 40 "$lib_log" >&2
-    rm -f "$lib_log"
-    echo "patch-node-rdkafka.sh: make -C deps/librdkafka libs install failed (above: the end of its output)" >&2
-    exit 1
-  fi
-  rm -f "$lib_log"
+  quietly "make libs install in deps/librdkafka" "$module/deps/librdkafka" make libs install
   # Relative to build/deps: a node_modules copied elsewhere (the image) still checks.
   (cd "$(dirname "$lib")" && sha256sum "$(basename "$lib")") >"$lib_stamp"
   echo "patch-node-rdkafka.sh: librdkafka rebuilt into build/deps"
@@ -89,12 +97,6 @@ if ! command -v node-gyp >/dev/null; then
   gyp=(node "$(dirname "$(dirname "$(readlink -f "$(command -v npm)")")")/node_modules/node-gyp/bin/node-gyp.js")
 fi
 echo "patch-node-rdkafka.sh: rebuilding the node-rdkafka addon (librdkafka itself is kept)"
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-if ! (cd "$module" && "${gyp[@]}" build) >"$log" 2>&1; then
-  tail -n 40 "$log" >&2
-  echo "patch-node-rdkafka.sh: node-gyp build failed (above: the end of its output)" >&2
-  exit 1
-fi
+quietly "node-gyp build" "$module" "${gyp[@]}" build
 grep -q "$marker" "$addon" || { echo "patch-node-rdkafka.sh: rebuilt addon lacks this produceBatch" >&2; exit 1; }
 echo "patch-node-rdkafka.sh: node-rdkafka addon rebuilt with produceBatch"
