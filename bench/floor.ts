@@ -136,7 +136,7 @@ async function produce(topic: string, handover: Handover, reports: Reports, stat
     } else {
       for (let r = 0; sent < end; sent += batch, r = (r + 1) % requests.length) {
         const req = requests[r]!;
-        producer.produceBatch(topic, req.data, req.messages, now);
+        producer.produceBatch(topic, req.data, req.messages);
       }
     }
     await new Promise((r) => setTimeout(r, 20));

@@ -69,7 +69,7 @@ fi
 # --- node-rdkafka: Producer#produceBatch ---
 # A string that this version of the patch writes into the sources and, as an error message, into the
 # addon: an install patched by an earlier version of patches/ lacks it.
-marker='produceBatch(topic: string, data: Uint8Array'
+marker='messages: Uint32Array, opaque?)'
 if grep -q "$marker" "$module/src/producer.cc"; then
   echo "patch-node-rdkafka.sh: node-rdkafka sources already patched"
 else

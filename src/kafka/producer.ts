@@ -203,9 +203,9 @@ export class TrackProducer {
    *   ERR__FATAL / ERR__STATE / unknown topic  are states we track from events (`refusal`).
    * What remains is a fatal error raised by librdkafka's thread during this very call: then the
    * messages already queued fail with ERR__FATAL too and are not written. Should librdkafka still
-   * refuse a message midway, produceBatch stops there and says how many were queued: the request
-   * is answered 500, the points already queued are delivered, and a client retry duplicates them:
-   * never a loss. Both cases are logged and counted as delivery errors.
+   * refuse a message, produceBatch says how many of the request's it queued: the request is
+   * answered 500, the points queued are delivered, and a client retry duplicates them: never a
+   * loss. Both cases are logged and counted as delivery errors.
    */
   tryEnqueue(batch: EncodedPoints, ticket: DeliveryTicket | null = null): Refusal | null {
     if (this.refusal !== null) return this.refusal;
@@ -217,16 +217,16 @@ export class TrackProducer {
     if (batch.largestValue > this.messageMaxBytes) return 'message_too_large';
     if (this.spillMustKeep && !this.spillHasRoomFor(count, batch.bytes)) return 'spill_full';
 
-    // The Kafka timestamp is the time of acceptance, not the device clock (README, "The Kafka messages"): a device
-    // clock hours ahead would make the broker reject the whole batch.
-    const now = Date.now();
+    // produceBatch stamps every message with the time of this call, the time of acceptance, not the
+    // device clock (README, "The Kafka messages"): a device clock hours ahead would make the broker
+    // reject the whole batch.
     try {
       if (ticket === null) {
-        this.producer.produceBatch(this.topic, batch.data, batch.messages, now);
+        this.producer.produceBatch(this.topic, batch.data, batch.messages);
       } else {
         ticket.remaining = count;
         ticket.enqueuedAt = performance.now();
-        this.producer.produceBatch(this.topic, batch.data, batch.messages, now, ticket);
+        this.producer.produceBatch(this.topic, batch.data, batch.messages, ticket);
       }
     } catch (err) {
       // Only the points already queued will report: the request is answered 500 now, not by settle().

@@ -59,13 +59,14 @@ afterAll(async () => {
 });
 
 describe('Producer#produceBatch (patched into node-rdkafka)', () => {
-  it('writes every message with its own key and value, a timestamp, on the Java partitioner\'s partition', async () => {
+  it('writes every message with its own key and value, the time of the call, on the Java partitioner\'s partition', async () => {
     const ids = ['MSCU1234567', '集装箱-7', 'a"quoted\\id', 'конт-9', 'x'];
     const points = Array.from({ length: 50 }, (_, i) => point(ids[i % ids.length]!, i));
     const batch = encodePoints(points);
     const ticket = { name: 'request 1' };
-    const timestamp = Date.now() - 60_000;
-    expect(producer.produceBatch(topic, batch.data, batch.messages, timestamp, ticket)).toBe(50);
+    const before = Date.now();
+    expect(producer.produceBatch(topic, batch.data, batch.messages, ticket)).toBe(50);
+    const after = Date.now();
     await flush(producer);
     await until(() => reports.length === 50, '50 delivery reports');
     // Every message reports with the opaque it was given; none failed.
@@ -75,7 +76,12 @@ describe('Producer#produceBatch (patched into node-rdkafka)', () => {
     const got = await consumeAll(topic, { expected: 50, partitions: PARTITIONS });
     expect(got).toHaveLength(50);
     for (const m of got) expect(m.partition).toBe(javaPartition(m.key, PARTITIONS));
-    expect(new Set(got.map((m) => m.timestamp))).toEqual(new Set([timestamp]));
+    // One timestamp for the call, librdkafka's clock as it enqueued them: the time of acceptance.
+    const timestamps = new Set(got.map((m) => m.timestamp));
+    expect(timestamps.size).toBe(1);
+    const [stamped] = timestamps;
+    expect(stamped).toBeGreaterThanOrEqual(before);
+    expect(stamped).toBeLessThanOrEqual(after);
     // Per key, the values in the order they were in the batch.
     const sorted = [...got].sort((a, b) => a.partition - b.partition || a.offset - b.offset);
     for (const id of ids) {
@@ -88,23 +94,23 @@ describe('Producer#produceBatch (patched into node-rdkafka)', () => {
     reports.length = 0;
     const batch = encodePoints([point('a', 1), point('b', 2)]);
     const partial = batch.messages.slice(0, 6);
-    expect(() => producer.produceBatch(topic, batch.data, partial, 0)).toThrow(/four offsets per message/);
+    expect(() => producer.produceBatch(topic, batch.data, partial)).toThrow(/four offsets per message/);
     const beyond = batch.messages.slice();
     beyond[7] = batch.data.length + 1; // the second key's end
-    expect(() => producer.produceBatch(topic, batch.data, beyond, 0)).toThrow(/ends beyond data/);
+    expect(() => producer.produceBatch(topic, batch.data, beyond)).toThrow(/ends beyond data/);
     const backwards = batch.messages.slice();
     [backwards[4], backwards[5]] = [backwards[5]!, backwards[4]!]; // the second value
-    expect(() => producer.produceBatch(topic, batch.data, backwards, 0)).toThrow(/ends before it starts/);
-    expect(() => producer.produceBatch(topic, batch.data, Array.from(batch.messages) as unknown as Uint32Array, 0)).toThrow(TypeError);
+    expect(() => producer.produceBatch(topic, batch.data, backwards)).toThrow(/ends before it starts/);
+    expect(() => producer.produceBatch(topic, batch.data, Array.from(batch.messages) as unknown as Uint32Array)).toThrow(TypeError);
     await flush(producer);
     await new Promise((r) => setTimeout(r, 200));
     expect(reports).toEqual([]);
   });
 
-  it('stops at the first message librdkafka refuses and says how many went before it', async () => {
+  it('queues every message librdkafka takes, reports how many when it refuses one, and never reports the refused one', async () => {
     reports.length = 0;
     // The third value is made larger than message.max.bytes (1,000,000): librdkafka refuses it at once.
-    const points = [point('ok-1', 1), point('ok-2', 2), point('too-big', 3), point('never', 4)];
+    const points = [point('ok-1', 1), point('ok-2', 2), point('too-big', 3), point('ok-3', 4)];
     const batch = encodePoints(points);
     // The third value points at 1,100,000 spaces after the encoded messages.
     const data = Buffer.concat([batch.data, Buffer.alloc(1_100_000, 0x20)]);
@@ -113,22 +119,23 @@ describe('Producer#produceBatch (patched into node-rdkafka)', () => {
     messages[9] = data.length;
     const error = (() => {
       try {
-        producer.produceBatch(topic, data, messages, Date.now(), 'failing request');
+        producer.produceBatch(topic, data, messages, 'failing request');
       } catch (err) {
         return err as Kafka.LibrdKafkaError & { enqueued: number };
       }
       throw new Error('produceBatch did not throw');
     })();
     expect(error.code).toBe(Kafka.CODES.ERRORS.ERR_MSG_SIZE_TOO_LARGE);
-    expect(error.enqueued).toBe(2);
+    // librdkafka takes the messages of one call one by one: those before and after the refused one.
+    expect(error.enqueued).toBe(3);
     await flush(producer);
-    // The two before it are delivered and report; the refused one and the one after it never do.
-    await until(() => reports.length >= 2, 'two delivery reports');
+    // The three taken are delivered and report; the refused one never does.
+    await until(() => reports.length >= 3, 'three delivery reports');
     await new Promise((r) => setTimeout(r, 200));
-    expect(reports.map((r) => [r.err, r.report.opaque])).toEqual([[null, 'failing request'], [null, 'failing request']]);
-    const got = await consumeAll(topic, { expected: 52, partitions: PARTITIONS });
-    expect(got.filter((m) => m.key.startsWith('ok-')).map((m) => m.key).sort()).toEqual(['ok-1', 'ok-2']);
-    expect(got.some((m) => m.key === 'never')).toBe(false);
+    expect(reports.map((r) => [r.err, r.report.opaque])).toEqual([[null, 'failing request'], [null, 'failing request'], [null, 'failing request']]);
+    const got = await consumeAll(topic, { expected: 53, partitions: PARTITIONS });
+    expect(got.filter((m) => m.key.startsWith('ok-')).map((m) => m.key).sort()).toEqual(['ok-1', 'ok-2', 'ok-3']);
+    expect(got.some((m) => m.key === 'too-big')).toBe(false);
   });
 
   it('takes values and keys anywhere in data, keys inside values, as the single pass hands a body over', async () => {
@@ -139,10 +146,10 @@ describe('Producer#produceBatch (patched into node-rdkafka)', () => {
     const text = `${JSON.stringify(stringified).slice(0, -1)}, {"container_id": "sp-4", "lat": 4.50, "lon": 4.4, "timestamp": "2024-05-01T12:00:00Z"}]`;
     const batch = encodeValidBody(Buffer.from(text), 10);
     expect(batch).not.toBeNull();
-    expect(producer.produceBatch(topic, batch!.data, batch!.messages, Date.now(), 'single pass')).toBe(4);
+    expect(producer.produceBatch(topic, batch!.data, batch!.messages, 'single pass')).toBe(4);
     await flush(producer);
     await until(() => reports.length === 4, 'four delivery reports');
-    const got = await consumeAll(topic, { expected: 56, partitions: PARTITIONS });
+    const got = await consumeAll(topic, { expected: 57, partitions: PARTITIONS });
     const general = messagesOf(encodePoints((validatePoints(JSON.parse(text) as unknown[]) as { points: TrackPoint[] }).points));
     expect(got.filter((m) => m.key.startsWith('sp-')).map((m) => [m.key, m.value]).sort()).toEqual(
       general.keys.map((key, i) => [key, general.values[i]!.toString()]).sort(),
@@ -156,7 +163,7 @@ describe('Producer#produceBatch (patched into node-rdkafka)', () => {
     // used after the reconnect, sent garbage: "Broker: Message size too large" when this was tried).
     const send = (to: string, id: string) => {
       const batch = encodePoints([point(id, 1)]);
-      expect(producer.produceBatch(to, batch.data, batch.messages, Date.now(), id)).toBe(1);
+      expect(producer.produceBatch(to, batch.data, batch.messages, id)).toBe(1);
     };
     send(topic, 'kept-1');
     send(topic, 'kept-2');
