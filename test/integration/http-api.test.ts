@@ -5,7 +5,7 @@ import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { uniqueTopic } from '../../support/kafka.js';
 import { parseAnswer, raw } from '../helpers/raw-http.js';
-import { point, postTrack, startService, type Service } from '../helpers/service.js';
+import { metric, point, postTrack, startService, until, type Service } from '../helpers/service.js';
 import { fileTopic } from '../helpers/topic.js';
 
 let svc: Service;
@@ -277,6 +277,27 @@ describe('when the producer cannot take the points', () => {
       expect(String(second.json.message)).toContain('queue is full');
       const metrics = await (await fetch(`${other.url}/metrics`)).text();
       expect(metrics).toMatch(/^ingest_producer_queue_full_total 1$/m);
+    } finally {
+      expect(await other.stop()).toBe(0);
+    }
+  });
+
+  it('once a request did not fit below the high-water mark, the next are refused before their body is read, until Kafka took points', async () => {
+    const other = await startService({ MQ_TOPIC: topic, MAX_POINTS: '10', PRODUCER_QUEUE_MAX_POINTS: '15', MQ_OPT_LINGER_MS: '2000' });
+    try {
+      const batch = (tag: string) => Array.from({ length: 10 }, (_, i) => point(`${tag}${i}`));
+      expect((await postTrack(other.url, batch('f'))).status).toBe(202);
+      await new Promise((r) => setTimeout(r, 300));
+      // 10 queued of 15: this request passes the check on its headers, is read, and does not fit.
+      const second = await postTrack(other.url, batch('s'));
+      expect([second.status, second.json.error]).toEqual([500, 'broker_unavailable']);
+      // The next is refused from its headers: a body that is not even JSON gets the same 500, not a 400.
+      const third = await postTrack(other.url, 'not json');
+      expect([third.status, third.json.error, third.headers.get('retry-after')]).toEqual([500, 'broker_unavailable', '1']);
+      expect(String(third.json.message)).toContain('queue is full');
+      // Once the linger ends and Kafka acknowledges the first 10, the statistics say so: points are taken again.
+      await until('a request taken again', async () => (await postTrack(other.url, batch('t'))).status === 202, 10_000);
+      expect(await metric(other.url, 'ingest_points_accepted_total')).toBe(20);
     } finally {
       expect(await other.stop()).toBe(0);
     }
