@@ -15,6 +15,8 @@ export const DEFAULTS = {
   MAX_POINTS: '10000',
   PRODUCER_QUEUE_MAX_POINTS: '100000',
   PRODUCER_QUEUE_MAX_BYTES: '67108864',
+  QUEUE_FULL_WAIT_MS: '200',
+  QUEUE_FULL_WAIT_MAX_BYTES: '16777216',
   BROKER_DOWN_GRACE_MS: '5000',
   SHUTDOWN_TIMEOUT_MS: '20000',
   STANDBY_WORKER: '1',
@@ -48,6 +50,10 @@ export interface Config {
   maxPoints: number;
   queueMaxPoints: number;
   queueMaxBytes: number;
+  /** How long a request that finds the producer queue full may wait for room before its 500; 0: refused at once. */
+  queueFullWaitMs: number;
+  /** Bodies of requests waiting for room, bytes at most (per worker); beyond, refused at once. */
+  queueFullWaitMaxBytes: number;
   brokerDownGraceMs: number;
   shutdownTimeoutMs: number;
   /** Keep one booted, idle worker that takes over the slot of a worker that dies. */
@@ -120,6 +126,8 @@ const EnvSchema = z.object({
   MAX_POINTS: wholeNumber(1, 10_000_000),
   PRODUCER_QUEUE_MAX_POINTS: wholeNumber(1, 10_000_000),
   PRODUCER_QUEUE_MAX_BYTES: wholeNumber(1024, 2 ** 40),
+  QUEUE_FULL_WAIT_MS: wholeNumber(0, 60_000),
+  QUEUE_FULL_WAIT_MAX_BYTES: wholeNumber(0, 2 ** 40),
   BROKER_DOWN_GRACE_MS: wholeNumber(0, 3_600_000),
   SHUTDOWN_TIMEOUT_MS: wholeNumber(100, 3_600_000),
   STANDBY_WORKER: z.enum(['0', '1'], { error: 'must be 0 or 1' }).transform((v) => v === '1'),
@@ -157,6 +165,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     maxPoints: e.MAX_POINTS,
     queueMaxPoints: e.PRODUCER_QUEUE_MAX_POINTS,
     queueMaxBytes: e.PRODUCER_QUEUE_MAX_BYTES,
+    queueFullWaitMs: e.QUEUE_FULL_WAIT_MS,
+    queueFullWaitMaxBytes: e.QUEUE_FULL_WAIT_MAX_BYTES,
     brokerDownGraceMs: e.BROKER_DOWN_GRACE_MS,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
     standbyWorker: e.STANDBY_WORKER,

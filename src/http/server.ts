@@ -9,7 +9,8 @@ import type { DeliveryTicket } from '../kafka/delivery-reports.js';
 import type { Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics.js';
 import { GET_PATHS, TRACK_PATH, type GetPath } from '../routes.js';
-import { deliveryFailed, handleTrackBody, refuse, refusedBeforeBody, type PointSink, type TrackLimits, type TrackOutcome } from './track-body.js';
+import { deliveryFailed, handleTrackBody, refuse, refusalAnswer, type PointSink, type TrackLimits, type TrackOutcome } from './track-body.js';
+import { WaitingRoom } from './waiting-room.js';
 
 export interface ServerDeps {
   config: Config;
@@ -87,8 +88,10 @@ export class HttpServer {
   private readonly limits: TrackLimits;
   private readonly tally: WorkerMetrics['track']['tally'];
   private readonly tooLarge: TrackOutcome;
+  /** Requests that found the producer queue full, waiting for room (waiting-room.ts). */
+  private readonly waiting: WaitingRoom;
   private listenSocket: uWS.us_listen_socket | null = null;
-  /** Requests whose body is still being read: shutdown waits for them. */
+  /** Requests whose body is still being read or that wait for room: shutdown waits for them. */
   private bodiesInFlight = 0;
   /** ACK_MODE=delivered: accepted requests waiting for Kafka's acknowledgements. */
   private awaitingDelivery = 0;
@@ -106,6 +109,7 @@ export class HttpServer {
       topic: config.topic,
     };
     this.tooLarge = refuse('payload_too_large', `body is larger than ${config.maxBodyBytes} bytes (MAX_BODY_BYTES)`);
+    this.waiting = new WaitingRoom(() => deps.producer.admission(), config.queueFullWaitMs, config.queueFullWaitMaxBytes);
     const m = deps.metrics;
     this.tally = m.track.tally;
     const routeMetrics = Object.fromEntries(GET_PATHS.map((path) => [path, m.other(path)])) as Record<GetPath, RouteMetrics>;
@@ -178,8 +182,10 @@ export class HttpServer {
     }
     // At the broker's limit a worker refuses most requests: answered before the body is read, a
     // refusal costs no callback per chunk; uWS skips the body's bytes and the connection stays open.
-    const refused = refusedBeforeBody(this.limits, this.deps.producer);
-    if (refused !== null) return this.finishTrack(res, started, refused, KEEP_READING);
+    // A full queue is the exception: the body is read and the request waits for room (waiting-room.ts).
+    const refusal = this.deps.producer.admission();
+    const waits = this.waiting.mayWait(refusal);
+    if (refusal !== null && !waits) return this.finishTrack(res, started, refusalAnswer(refusal, this.limits), KEEP_READING);
 
     // The body arrives in chunks that uWS owns and reuses after each callback: a single-chunk body
     // (the common case) is handled in place without a copy; longer bodies are copied as they come.
@@ -187,6 +193,7 @@ export class HttpServer {
     let received = 0;
     let done = false;
     let aborted = false;
+    const isAborted = () => aborted;
     this.bodiesInFlight++;
     res.onAborted(() => {
       aborted = true;
@@ -217,29 +224,61 @@ export class HttpServer {
         body = Buffer.concat(parts, received);
       }
       this.tally.bytes += received;
-      if (!this.delivered) {
-        this.finishTrack(res, started, handleTrackBody(body, gzipped, this.limits, this.deps.producer), KEEP_READING);
-        return;
-      }
-      // ACK_MODE=delivered: answer once Kafka acknowledged (or failed) every point of the request.
-      let outcome: TrackOutcome | null = null;
-      const ticket: DeliveryTicket = {
-        remaining: 0,
-        failed: 0,
-        firstError: '',
-        enqueuedAt: 0,
-        settle: (t) => {
-          if (outcome === null || !outcome.awaitingDelivery) return; // already answered (produce failed midway)
-          this.awaitingDelivery--;
-          const answer = t.failed === 0 ? outcome : deliveryFailed(t, outcome.points);
-          if (aborted) this.count(started, answer); // the client left; the points were still sent
-          else this.finishTrack(res, started, answer, KEEP_READING);
-        },
-      };
-      outcome = handleTrackBody(body, gzipped, this.limits, this.deps.producer, ticket);
-      if (outcome.awaitingDelivery) this.awaitingDelivery++;
-      else this.finishTrack(res, started, outcome, KEEP_READING);
+      if (waits) this.waitForRoom(res, started, body, parts !== null, gzipped, isAborted);
+      else this.onBody(res, started, body, parts !== null, gzipped, isAborted);
     });
+  }
+
+  /** A whole body: taken, refused, or (the queue full) left to wait for room. `owned`: not uWS's memory. */
+  private onBody(res: uWS.HttpResponse, started: number, body: Uint8Array, owned: boolean, gzipped: boolean, isAborted: () => boolean): void {
+    if (!this.delivered) {
+      const outcome = handleTrackBody(body, gzipped, this.limits, this.deps.producer);
+      if (outcome.refusal === 'queue_full' && this.waiting.mayWait(outcome.refusal)) this.waitForRoom(res, started, body, owned, gzipped, isAborted);
+      else this.finishTrack(res, started, outcome, KEEP_READING);
+      return;
+    }
+    // ACK_MODE=delivered: answer once Kafka acknowledged (or failed) every point of the request.
+    let outcome: TrackOutcome | null = null;
+    const ticket: DeliveryTicket = {
+      remaining: 0,
+      failed: 0,
+      firstError: '',
+      enqueuedAt: 0,
+      settle: (t) => {
+        if (outcome === null || !outcome.awaitingDelivery) return; // already answered (produce failed midway)
+        this.awaitingDelivery--;
+        const answer = t.failed === 0 ? outcome : deliveryFailed(t, outcome.points);
+        if (isAborted()) this.count(started, answer); // the client left; the points were still sent
+        else this.finishTrack(res, started, answer, KEEP_READING);
+      },
+    };
+    outcome = handleTrackBody(body, gzipped, this.limits, this.deps.producer, ticket);
+    if (outcome.awaitingDelivery) this.awaitingDelivery++;
+    else if (outcome.refusal === 'queue_full' && this.waiting.mayWait(outcome.refusal)) this.waitForRoom(res, started, body, owned, gzipped, isAborted);
+    else this.finishTrack(res, started, outcome, KEEP_READING);
+  }
+
+  /**
+   * The queue is full: the request waits (a copy of its body, uWS reusing its own) until the
+   * waiting room lets it go on or refuses it. Nothing of it is taken meanwhile.
+   */
+  private waitForRoom(res: uWS.HttpResponse, started: number, body: Uint8Array, owned: boolean, gzipped: boolean, isAborted: () => boolean): void {
+    const kept = owned ? body : Buffer.copyBytesFrom(body);
+    this.bodiesInFlight++;
+    const entered = this.waiting.enter({
+      since: started,
+      bytes: kept.byteLength,
+      release: (refusal) => {
+        this.bodiesInFlight--;
+        if (isAborted()) return; // the client left while it waited: nothing was taken, nothing to answer
+        if (refusal === null) this.onBody(res, started, kept, true, gzipped, isAborted);
+        else this.finishTrack(res, started, refusalAnswer(refusal, this.limits), KEEP_READING);
+      },
+    });
+    if (!entered) {
+      this.bodiesInFlight--;
+      this.finishTrack(res, started, refusalAnswer('queue_full', this.limits), KEEP_READING);
+    }
   }
 
   private finishTrack(res: uWS.HttpResponse, started: number, outcome: TrackOutcome, stopReading: boolean): void {
@@ -267,6 +306,7 @@ export class HttpServer {
     } else if (outcome.reason !== undefined) {
       tally.rejected[outcome.reason] += outcome.points;
     }
+    if (outcome.refusal === 'queue_full') this.deps.metrics.queueFull.inc();
     tally.byStatus[outcome.status]++;
     duration.observe((performance.now() - started) / 1000);
   }

@@ -26,6 +26,8 @@ export interface TrackOutcome {
   reason?: TrackRejection;
   /** ACK_MODE=delivered: the points are queued; the answer waits for the ticket to settle. */
   awaitingDelivery?: boolean;
+  /** Set on a 500 of the producer's: why it took nothing (the queue_full counter reads it). */
+  refusal?: Refusal;
 }
 
 /** What the track body needs from the producer. */
@@ -65,7 +67,12 @@ export function refuse(code: TrackRejection, message: string, points = 0, detail
 /** The answer to a request when the producer can take nothing now, whatever its body; null: read it. */
 export function refusedBeforeBody(limits: TrackLimits, sink: PointSink): TrackOutcome | null {
   const refusal = sink.admission();
-  return refusal === null ? null : brokerUnavailable(refusal, limits, 0);
+  return refusal === null ? null : refusalAnswer(refusal, limits);
+}
+
+/** The 500 of a request the producer took nothing of, for this reason (built once, shared). */
+export function refusalAnswer(refusal: Refusal, limits: TrackLimits): TrackOutcome {
+  return brokerUnavailable(refusal, limits, 0);
 }
 
 /** ticket: null in ACK_MODE=async; in delivered mode, the request's ticket for tryEnqueue. */
@@ -152,7 +159,7 @@ function refusalAnswers(limits: TrackLimits): RefusalAnswers {
     const build = (refusal: Refusal): TrackOutcome => {
       const { status, body } = errorAnswer('broker_unavailable', refusalMessage(refusal, limits));
       // Frozen: one object answers every request refused for this reason.
-      return Object.freeze({ status, body: Buffer.from(body, 'utf8'), points: 0, reason: 'broker_unavailable', retryAfter: RETRY_AFTER_S });
+      return Object.freeze({ status, body: Buffer.from(body, 'utf8'), points: 0, reason: 'broker_unavailable', retryAfter: RETRY_AFTER_S, refusal });
     };
     answers = {
       connecting: build('connecting'),
@@ -174,7 +181,7 @@ function refusalAnswers(limits: TrackLimits): RefusalAnswers {
 /** 500 broker_unavailable: nothing of the request was taken; `points` are counted as refused. */
 function brokerUnavailable(refusal: Refusal, limits: TrackLimits, points: number): TrackOutcome {
   const answer = refusalAnswers(limits)[refusal];
-  return points === 0 ? answer : { status: answer.status, body: answer.body, points, reason: answer.reason, retryAfter: answer.retryAfter };
+  return points === 0 ? answer : { status: answer.status, body: answer.body, points, reason: answer.reason, retryAfter: answer.retryAfter, refusal };
 }
 
 function refusalMessage(refusal: Refusal, limits: TrackLimits): string {

@@ -174,14 +174,12 @@ export class TrackProducer {
   /**
    * Why a request would be refused right now, asked before its body is parsed: under overload the
    * service spends nothing on points it cannot take (measured before this check: 82 % of a saturated
-   * worker's requests were parsed, validated and encoded, then refused).
+   * worker's requests were parsed, validated and encoded, then refused). No side effect: the waiting
+   * room (http/waiting-room.ts) asks it every few milliseconds.
    */
   admission(): Refusal | null {
     if (this.refusal !== null) return this.refusal;
-    if (this.queueFull || this.queuedPoints >= this.maxPoints || this.queuedBytes >= this.maxBytes) {
-      this.metrics.queueFull.inc();
-      return 'queue_full';
-    }
+    if (this.queueFull || this.queuedPoints >= this.maxPoints || this.queuedBytes >= this.maxBytes) return 'queue_full';
     if (this.spillMustKeep && !this.spillHasRoomFor(0, 0)) return 'spill_full';
     return null;
   }
@@ -221,7 +219,6 @@ export class TrackProducer {
     const count = batch.count;
     if (this.queuedPoints + count > this.maxPoints || this.queuedBytes + batch.bytes > this.maxBytes) {
       this.queueFull = true;
-      this.metrics.queueFull.inc();
       return 'queue_full';
     }
     if (batch.largestValue > this.messageMaxBytes) return 'message_too_large';

@@ -282,8 +282,26 @@ describe('when the producer cannot take the points', () => {
     }
   });
 
+  it('a request that finds the queue full waits for room (QUEUE_FULL_WAIT_MS) and is taken once Kafka acknowledged the points before it', async () => {
+    // linger.ms=500 keeps the first request's points queued for half a second.
+    const other = await startService({ MQ_TOPIC: topic, MAX_POINTS: '10', PRODUCER_QUEUE_MAX_POINTS: '15', MQ_OPT_LINGER_MS: '500', QUEUE_FULL_WAIT_MS: '5000' });
+    try {
+      const batch = (tag: string) => Array.from({ length: 10 }, (_, i) => point(`${tag}${i}`));
+      expect((await postTrack(other.url, batch('f'))).status).toBe(202);
+      const sent = Date.now();
+      const [second, third] = await Promise.all([postTrack(other.url, batch('s')), postTrack(other.url, batch('t'))]);
+      expect([second.status, second.json, third.status, third.json]).toEqual([202, { accepted: 10 }, 202, { accepted: 10 }]);
+      expect(Date.now() - sent).toBeGreaterThanOrEqual(400);
+      expect(await metric(other.url, 'ingest_producer_queue_full_total')).toBe(0);
+      await until('all 30 points acknowledged', async () => (await metric(other.url, 'ingest_messages_delivered_total')) === 30, 10_000);
+    } finally {
+      expect(await other.stop()).toBe(0);
+    }
+  });
+
   it('once a request did not fit below the high-water mark, the next are refused before their body is read, until Kafka took points', async () => {
-    const other = await startService({ MQ_TOPIC: topic, MAX_POINTS: '10', PRODUCER_QUEUE_MAX_POINTS: '15', MQ_OPT_LINGER_MS: '2000' });
+    // QUEUE_FULL_WAIT_MS=0: each request is answered at once, so what is refused from its headers shows.
+    const other = await startService({ MQ_TOPIC: topic, MAX_POINTS: '10', PRODUCER_QUEUE_MAX_POINTS: '15', MQ_OPT_LINGER_MS: '2000', QUEUE_FULL_WAIT_MS: '0' });
     try {
       const batch = (tag: string) => Array.from({ length: 10 }, (_, i) => point(`${tag}${i}`));
       expect((await postTrack(other.url, batch('f'))).status).toBe(202);
