@@ -121,9 +121,18 @@ export function createWorkerMetrics(workerId: string) {
       this.set(queueSource().bytes);
     },
   });
+  let waitingSource: () => number = () => 0;
+  new Gauge({
+    name: `${METRIC_PREFIX}requests_waiting_for_room`,
+    help: 'POST /track requests that found the producer queue full and wait for room (QUEUE_FULL_WAIT_MS).',
+    registers,
+    collect() {
+      this.set(waitingSource());
+    },
+  });
   const queueFull = new Counter({
     name: `${METRIC_PREFIX}producer_queue_full_total`,
-    help: 'Requests refused with 500 because the producer queue was above its high-water mark.',
+    help: 'Requests refused with 500 because the producer queue was above its high-water mark (after waiting QUEUE_FULL_WAIT_MS for room).',
     registers,
   });
   const delivered = new Counter({
@@ -236,6 +245,9 @@ export function createWorkerMetrics(workerId: string) {
     },
     setSpillSource(source: () => number) {
       spillSource = source;
+    },
+    setWaitingSource(source: () => number) {
+      waitingSource = source;
     },
     spilled,
     spillReplayed,

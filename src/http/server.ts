@@ -110,6 +110,7 @@ export class HttpServer {
     };
     this.tooLarge = refuse('payload_too_large', `body is larger than ${config.maxBodyBytes} bytes (MAX_BODY_BYTES)`);
     this.waiting = new WaitingRoom(() => deps.producer.admission(), config.queueFullWaitMs, config.queueFullWaitMaxBytes);
+    deps.metrics.setWaitingSource(() => this.waiting.size);
     const m = deps.metrics;
     this.tally = m.track.tally;
     const routeMetrics = Object.fromEntries(GET_PATHS.map((path) => [path, m.other(path)])) as Record<GetPath, RouteMetrics>;
@@ -233,7 +234,7 @@ export class HttpServer {
   private onBody(res: uWS.HttpResponse, started: number, body: Uint8Array, owned: boolean, gzipped: boolean, isAborted: () => boolean): void {
     if (!this.delivered) {
       const outcome = handleTrackBody(body, gzipped, this.limits, this.deps.producer);
-      if (outcome.refusal === 'queue_full' && this.waiting.mayWait(outcome.refusal)) this.waitForRoom(res, started, body, owned, gzipped, isAborted);
+      if (this.mayWait(outcome)) this.waitForRoom(res, started, body, owned, gzipped, isAborted);
       else this.finishTrack(res, started, outcome, KEEP_READING);
       return;
     }
@@ -254,8 +255,13 @@ export class HttpServer {
     };
     outcome = handleTrackBody(body, gzipped, this.limits, this.deps.producer, ticket);
     if (outcome.awaitingDelivery) this.awaitingDelivery++;
-    else if (outcome.refusal === 'queue_full' && this.waiting.mayWait(outcome.refusal)) this.waitForRoom(res, started, body, owned, gzipped, isAborted);
+    else if (this.mayWait(outcome)) this.waitForRoom(res, started, body, owned, gzipped, isAborted);
     else this.finishTrack(res, started, outcome, KEEP_READING);
+  }
+
+  /** A request read whole that did not fit in the queue (tryEnqueue) waits too, behind those already waiting. */
+  private mayWait(outcome: TrackOutcome): boolean {
+    return outcome.refusal === 'queue_full' && this.waiting.mayWait(outcome.refusal);
   }
 
   /**

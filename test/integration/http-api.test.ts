@@ -289,7 +289,10 @@ describe('when the producer cannot take the points', () => {
       const batch = (tag: string) => Array.from({ length: 10 }, (_, i) => point(`${tag}${i}`));
       expect((await postTrack(other.url, batch('f'))).status).toBe(202);
       const sent = Date.now();
-      const [second, third] = await Promise.all([postTrack(other.url, batch('s')), postTrack(other.url, batch('t'))]);
+      const waiting = Promise.all([postTrack(other.url, batch('s')), postTrack(other.url, batch('t'))]);
+      await new Promise((r) => setTimeout(r, 150));
+      expect(await metric(other.url, 'ingest_requests_waiting_for_room')).toBe(2);
+      const [second, third] = await waiting;
       expect([second.status, second.json, third.status, third.json]).toEqual([202, { accepted: 10 }, 202, { accepted: 10 }]);
       expect(Date.now() - sent).toBeGreaterThanOrEqual(400);
       expect(await metric(other.url, 'ingest_producer_queue_full_total')).toBe(0);

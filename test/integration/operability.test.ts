@@ -55,6 +55,7 @@ describe('GET /metrics with WORKERS=2', () => {
       'ingest_producer_queue_points',
       'ingest_producer_queue_bytes',
       'ingest_producer_queue_full_total',
+      'ingest_requests_waiting_for_room',
       'ingest_messages_delivered_total',
       'ingest_delivery_errors_total',
       'ingest_delivery_latency_seconds',
