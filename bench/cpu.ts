@@ -12,17 +12,17 @@
 // that every point answered 202 is in Kafka. Rounds: CPU_ROUNDS (2).
 //
 // CPU_RATE=N[,N…] offers N points per second instead (one rate per shape of CPU_BATCHES), evenly paced (bench/lib/paced-load.ts, 32 connections):
-// closed-loop load drives a faster build into the broker's limit on a small machine (500 queue_full
-// answers), and CPU per point at the limit is not CPU per point below it; at one fixed rate both builds
-// do the same work.
+// closed-loop load drives a faster build into the broker's limit on a small machine (requests that
+// wait for room, QUEUE_FULL_WAIT_MS; builds before it answered 500 queue_full), and CPU per point at
+// the limit is not CPU per point below it; at one fixed rate both builds do the same work.
 //
 // CPU_BODIES=distinct (paced only) sends 500 bodies in turn whose points carry random 6-decimal
 // coordinates, as real traffic does, instead of one body again and again (bench/lib/points.ts says why).
 //
 // Then the cost of a refusal: each build started with no broker reachable (MQ_BROKERS at a closed
 // port), so that every request is answered 500 broker_unavailable, under wrk for CPU_REFUSED_SECONDS
-// (5; 0 skips it) with the 100-point body. At the broker's limit a worker refuses most requests of a
-// closed loop (the non-2xx column), and what each refusal costs is CPU the broker does not get.
+// (5; 0 skips it) with the 100-point body. Whatever a worker refuses (a broker down; a queue full for
+// longer than QUEUE_FULL_WAIT_MS), each refusal costs CPU the broker does not get.
 //
 // CPU_COMPARE=path/to/other/dist/src/main.js runs another build (an earlier commit's) side by side,
 // alternating with this one in each round, against the same broker: the ratio holds for one run
