@@ -65,7 +65,7 @@ export function refuse(code: TrackRejection, message: string, points = 0, detail
 }
 
 /** The answer to a request when the producer can take nothing now, whatever its body; null: read it. */
-export function refusedBeforeBody(limits: TrackLimits, sink: PointSink): TrackOutcome | null {
+function refusedBeforeBody(limits: TrackLimits, sink: PointSink): TrackOutcome | null {
   const refusal = sink.admission();
   return refusal === null ? null : refusalAnswer(refusal, limits);
 }

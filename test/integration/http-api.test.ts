@@ -264,11 +264,15 @@ describe('when the producer cannot take the points', () => {
     }
   });
 
+  // A queue of 15 points and requests of 10: a second request never fits while the first is queued.
+  const smallQueue = (env: Record<string, string>) => startService({ MQ_TOPIC: topic, MAX_POINTS: '10', PRODUCER_QUEUE_MAX_POINTS: '15', ...env });
+  const tenPoints = (tag: string) => Array.from({ length: 10 }, (_, i) => point(`${tag}${i}`));
+
   it('500 when the producer queue is above its high-water mark, accepting nothing of that request', async () => {
     // linger.ms=2000 keeps the first request's points in the queue while the second arrives.
-    const other = await startService({ MQ_TOPIC: topic, MAX_POINTS: '10', PRODUCER_QUEUE_MAX_POINTS: '15', MQ_OPT_LINGER_MS: '2000' });
+    const other = await smallQueue({ MQ_OPT_LINGER_MS: '2000' });
     try {
-      const batch = Array.from({ length: 10 }, (_, i) => point(`q${i}`));
+      const batch = tenPoints('q');
       expect((await postTrack(other.url, batch)).status).toBe(202);
       // The queue depth is librdkafka's count, refreshed every 100 ms: let it see the first request.
       await new Promise((r) => setTimeout(r, 300));
@@ -284,12 +288,11 @@ describe('when the producer cannot take the points', () => {
 
   it('a request that finds the queue full waits for room (QUEUE_FULL_WAIT_MS) and is taken once Kafka acknowledged the points before it', async () => {
     // linger.ms=500 keeps the first request's points queued for half a second.
-    const other = await startService({ MQ_TOPIC: topic, MAX_POINTS: '10', PRODUCER_QUEUE_MAX_POINTS: '15', MQ_OPT_LINGER_MS: '500', QUEUE_FULL_WAIT_MS: '5000' });
+    const other = await smallQueue({ MQ_OPT_LINGER_MS: '500', QUEUE_FULL_WAIT_MS: '5000' });
     try {
-      const batch = (tag: string) => Array.from({ length: 10 }, (_, i) => point(`${tag}${i}`));
-      expect((await postTrack(other.url, batch('f'))).status).toBe(202);
+      expect((await postTrack(other.url, tenPoints('f'))).status).toBe(202);
       const sent = Date.now();
-      const waiting = Promise.all([postTrack(other.url, batch('s')), postTrack(other.url, batch('t'))]);
+      const waiting = Promise.all([postTrack(other.url, tenPoints('s')), postTrack(other.url, tenPoints('t'))]);
       await new Promise((r) => setTimeout(r, 150));
       expect(await metric(other.url, 'ingest_requests_waiting_for_room')).toBe(2);
       const [second, third] = await waiting;
@@ -304,20 +307,19 @@ describe('when the producer cannot take the points', () => {
 
   it('once a request did not fit below the high-water mark, the next are refused before their body is read, until Kafka took points', async () => {
     // QUEUE_FULL_WAIT_MS=0: each request is answered at once, so what is refused from its headers shows.
-    const other = await startService({ MQ_TOPIC: topic, MAX_POINTS: '10', PRODUCER_QUEUE_MAX_POINTS: '15', MQ_OPT_LINGER_MS: '2000', QUEUE_FULL_WAIT_MS: '0' });
+    const other = await smallQueue({ MQ_OPT_LINGER_MS: '2000', QUEUE_FULL_WAIT_MS: '0' });
     try {
-      const batch = (tag: string) => Array.from({ length: 10 }, (_, i) => point(`${tag}${i}`));
-      expect((await postTrack(other.url, batch('f'))).status).toBe(202);
+      expect((await postTrack(other.url, tenPoints('f'))).status).toBe(202);
       await new Promise((r) => setTimeout(r, 300));
       // 10 queued of 15: this request passes the check on its headers, is read, and does not fit.
-      const second = await postTrack(other.url, batch('s'));
+      const second = await postTrack(other.url, tenPoints('s'));
       expect([second.status, second.json.error]).toEqual([500, 'broker_unavailable']);
       // The next is refused from its headers: a body that is not even JSON gets the same 500, not a 400.
       const third = await postTrack(other.url, 'not json');
       expect([third.status, third.json.error, third.headers.get('retry-after')]).toEqual([500, 'broker_unavailable', '1']);
       expect(String(third.json.message)).toContain('queue is full');
       // Once the linger ends and Kafka acknowledges the first 10, the statistics say so: points are taken again.
-      await until('a request taken again', async () => (await postTrack(other.url, batch('t'))).status === 202, 10_000);
+      await until('a request taken again', async () => (await postTrack(other.url, tenPoints('t'))).status === 202, 10_000);
       expect(await metric(other.url, 'ingest_points_accepted_total')).toBe(20);
     } finally {
       expect(await other.stop()).toBe(0);
