@@ -61,15 +61,6 @@ export class TrackProducer {
   /** The answer tryEnqueue gives before looking at the queue; recomputed on every state change. */
   private refusal: Refusal | null = 'connecting';
   private readonly queue = new QueueAccounting();
-  /**
-   * Set when a request did not fit below the high-water mark, cleared by the next statistics (the
-   * only time the queue's depth goes down). Until then admission refuses before the body is parsed.
-   * Without it, a queue a few points below its mark (nearly always: a request rarely fills it to the
-   * point) passed admission, and every request until the next statistics, up to 100 ms of them, was
-   * parsed, validated and encoded only to be refused: under wrk's closed loop at 100 points per request
-   * most refusals were of that kind (bench/HISTORY.md).
-   */
-  private queueFull = false;
   /** Called once on a fatal producer error: the worker ends so that a fresh one replaces it. */
   onFatal: (() => void) | null = null;
   private readonly brokerErrors: Throttled;
@@ -179,7 +170,7 @@ export class TrackProducer {
    */
   admission(): Refusal | null {
     if (this.refusal !== null) return this.refusal;
-    if (this.queueFull || this.queuedPoints >= this.maxPoints || this.queuedBytes >= this.maxBytes) return 'queue_full';
+    if (this.queue.full || this.queuedPoints >= this.maxPoints || this.queuedBytes >= this.maxBytes) return 'queue_full';
     if (this.spillMustKeep && !this.spillHasRoomFor(0, 0)) return 'spill_full';
     return null;
   }
@@ -218,7 +209,7 @@ export class TrackProducer {
     if (this.refusal !== null) return this.refusal;
     const count = batch.count;
     if (this.queuedPoints + count > this.maxPoints || this.queuedBytes + batch.bytes > this.maxBytes) {
-      this.queueFull = true;
+      this.queue.refused();
       return 'queue_full';
     }
     if (batch.largestValue > this.messageMaxBytes) return 'message_too_large';
@@ -303,7 +294,6 @@ export class TrackProducer {
 
   private onStats(stats: Statistics): void {
     const acknowledged = this.queue.onStatistics(stats.msg_cnt, stats.msg_size, this.reports.failed);
-    this.queueFull = false;
     if (acknowledged > 0) this.metrics.delivered.inc(acknowledged);
     this.statistics.export(stats);
     const change = this.state.onStatistics(realBrokers(stats), topicLeaders(stats, this.topic));

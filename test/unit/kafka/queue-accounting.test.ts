@@ -21,4 +21,14 @@ describe('QueueAccounting', () => {
     expect(q.onStatistics(30, 0, 20)).toBe(0);
     expect(q.onStatistics(0, 0, 20)).toBe(30);
   });
+
+  it('counts as full from a refusal until the next statistics, the only way its depth goes down', () => {
+    const q = new QueueAccounting();
+    q.added(95, 0);
+    expect(q.full).toBe(false);
+    q.refused(); // a request of 10 did not fit below a limit of 100
+    expect(q.full).toBe(true);
+    q.onStatistics(95, 0, 0);
+    expect(q.full).toBe(false);
+  });
 });
