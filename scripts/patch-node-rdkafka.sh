@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Applies patches/ to the installed node-rdkafka and rebuilds what they change. npm runs this after
 # `npm ci` (package.json "postinstall").
-# - librdkafka-2.12-keep-brokers-on-empty-metadata.patch: librdkafka (bundled by node-rdkafka) keeps its
-#   brokers when a Metadata answer lists none, instead of dropping them all (README, "A broker that
-#   stops answering"). librdkafka is rebuilt with its own `make libs install`: node-rdkafka's gyp
-#   action runs only when config.h changes, and the addon loads build/deps/librdkafka.so.1 (about
-#   15 s on 2 cores, only the changed file compiled again).
+# - librdkafka-2.12-*.patch, to the librdkafka that node-rdkafka bundles:
+#   - keep-brokers-on-empty-metadata: librdkafka keeps its brokers when a Metadata answer lists none,
+#     instead of dropping them all (README, "A broker that stops answering");
+#   - release-per-queue: a delivered MessageSet's accounting and topic references released once, not
+#     per message (README, "What is left").
+#   librdkafka is rebuilt with its own `make libs install`: node-rdkafka's gyp action runs only when
+#   config.h changes, and the addon loads build/deps/librdkafka.so.1 (about 50 s on 2 cores: the
+#   files that include rdkafka_msg.h are compiled again).
 # - node-rdkafka-3.6.1-produce-batch.patch: Producer#produceBatch hands librdkafka every message of a
 #   request in one native call (README, "One native call per request" says why). The addon is
 #   rebuilt with `node-gyp build`, not `rebuild`: only the changed C++ files are compiled again
@@ -43,26 +46,30 @@ quietly() {
   rm -f "$log"
 }
 
-# --- librdkafka: keep the brokers on a Metadata answer that lists none ---
-lib_patch=$root/patches/librdkafka-2.12-keep-brokers-on-empty-metadata.patch
-lib_source=$module/deps/librdkafka/src/rdkafka_metadata.c
+# --- librdkafka: patches/librdkafka-2.12-*.patch ---
 lib=$module/build/deps/librdkafka.so.1
-# The stamp holds the checksum of the library built from the patched source: a library built before
-# the patch (or by node-rdkafka's own install afterwards) does not match it.
-lib_stamp=$module/build/deps/.keep-brokers-patch.sha256
-if grep -q 'librdkafka issue #5301' "$lib_source"; then
-  echo "patch-node-rdkafka.sh: librdkafka sources already patched"
+# The stamp holds the checksum of the library built from the sources with every patch applied, and
+# the patch set's own checksum: a library built before a patch was added (or by node-rdkafka's own
+# install afterwards) does not match it.
+lib_stamp=$module/build/deps/.librdkafka-patches.sha256
+patch_set=$(cat "$root"/patches/librdkafka-2.12-*.patch | sha256sum | cut -d' ' -f1)
+for lib_patch in "$root"/patches/librdkafka-2.12-*.patch; do
+  # Applied already when it reverses cleanly (nothing is written: --dry-run).
+  if patch --directory="$module" --strip=1 --reverse --dry-run --force --quiet <"$lib_patch" >/dev/null 2>&1; then
+    echo "patch-node-rdkafka.sh: librdkafka sources already have $(basename "$lib_patch")"
+  else
+    patch --directory="$module" --strip=1 --forward --quiet <"$lib_patch"
+    echo "patch-node-rdkafka.sh: applied $(basename "$lib_patch")"
+  fi
+done
+if [[ -f $lib && -f $lib_stamp ]] && grep -qx "# patches $patch_set" "$lib_stamp" &&
+  (cd "$(dirname "$lib")" && sha256sum --check --status "$lib_stamp"); then
+  echo "patch-node-rdkafka.sh: librdkafka already built from the patched sources"
 else
-  patch --directory="$module" --strip=1 --forward --quiet <"$lib_patch"
-  echo "patch-node-rdkafka.sh: applied $(basename "$lib_patch")"
-fi
-if [[ -f $lib && -f $lib_stamp ]] && (cd "$(dirname "$lib")" && sha256sum --check --status "$lib_stamp"); then
-  echo "patch-node-rdkafka.sh: librdkafka already built from the patched source"
-else
-  echo "patch-node-rdkafka.sh: rebuilding librdkafka (only the changed file is compiled)"
+  echo "patch-node-rdkafka.sh: rebuilding librdkafka (the changed files are compiled again)"
   quietly "make libs install in deps/librdkafka" "$module/deps/librdkafka" make libs install
   # Relative to build/deps: a node_modules copied elsewhere (the image) still checks.
-  (cd "$(dirname "$lib")" && sha256sum "$(basename "$lib")") >"$lib_stamp"
+  { echo "# patches $patch_set"; (cd "$(dirname "$lib")" && sha256sum "$(basename "$lib")"); } >"$lib_stamp"
   echo "patch-node-rdkafka.sh: librdkafka rebuilt into build/deps"
 fi
 

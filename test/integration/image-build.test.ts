@@ -24,7 +24,7 @@ describe.runIf(enabled)('scripts/image-build.sh', () => {
       expect(execFileSync('ls', [join(out, 'node_modules')]).toString()).not.toMatch(/^vitest$/m); // dev dependencies pruned
       // The librdkafka in the tree is the one built from patches/ (scripts/patch-node-rdkafka.sh wrote
       // its checksum), not the one node-rdkafka's install or npm prune built: this throws otherwise.
-      execFileSync('sha256sum', ['--check', '--status', '.keep-brokers-patch.sha256'], { cwd: join(out, 'node_modules/node-rdkafka/build/deps') });
+      execFileSync('sha256sum', ['--check', '--status', '.librdkafka-patches.sha256'], { cwd: join(out, 'node_modules/node-rdkafka/build/deps') });
       const port = await freePort();
       const asUser = process.getuid?.() === 0 ? ['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups'] : [];
       // The image's volume for the spill journal, owned by the service's user as the Dockerfile does.

@@ -188,3 +188,56 @@ describe('Producer#produceBatch (patched into node-rdkafka)', () => {
     expect(other.map((m) => m.key).sort()).toEqual(['other-1', 'other-2']);
   });
 });
+
+// patches/librdkafka-2.12-release-per-queue.patch: with reports for failures only (ACK_MODE=async, the
+// default), librdkafka destroys a delivered MessageSet in one go and releases its messages' accounting
+// and topic references once for the whole set. What that must keep: a queue that empties completely
+// once Kafka has everything, as the service's queue accounting (librdkafka's statistics) and flush()
+// at shutdown see it, and a client that can be closed and opened again.
+const asyncTopic = fileTopic('produce-batch-async', PARTITIONS);
+
+describe('librdkafka releasing delivered messages a MessageSet at a time (patched)', () => {
+  it('counts nothing queued once every message is delivered, flushes, and closes cleanly', async () => {
+    const config = loadConfig({ MQ_BROKERS: BROKERS, MQ_TOPIC: asyncTopic });
+    const settings = producerSettings(config, 'produce-batch-async-test');
+    expect(settings.global['delivery.report.only.error']).toBe(true);
+    const async = new Kafka.Producer(settings.global, settings.topic);
+    const queued: { msgCnt: number; msgSize: number }[] = [];
+    async.on('event.stats', (event: { message: string }) => {
+      const stats = JSON.parse(event.message) as { msg_cnt: number; msg_size: number };
+      queued.push({ msgCnt: stats.msg_cnt, msgSize: stats.msg_size });
+    });
+    async.setPollInterval(10);
+    await connectProducer(async);
+    try {
+      const batch = encodePoints(Array.from({ length: 100 }, (_, i) => point(`c-${i % 37}`, i)));
+      const requests = 30;
+      for (let r = 0; r < requests; r++) expect(async.produceBatch(asyncTopic, batch.data, batch.messages)).toBe(100);
+      // flush() returns only once librdkafka's count of queued messages is back to zero.
+      await flush(async);
+      const seen = queued.length;
+      await until(() => queued.length > seen, 'statistics after the flush');
+      expect(queued.at(-1)).toEqual({ msgCnt: 0, msgSize: 0 });
+
+      const got = await consumeAll(asyncTopic, { expected: requests * 100, partitions: PARTITIONS });
+      expect(got).toHaveLength(requests * 100);
+      // The client still holds its topic: more messages after the first delivery go through.
+      expect(async.produceBatch(asyncTopic, batch.data, batch.messages)).toBe(100);
+      await flush(async);
+      await until(() => queued.at(-1)?.msgCnt === 0, 'statistics counting nothing queued');
+    } finally {
+      await disconnect(async);
+    }
+    // Opened again after the close, the client takes the topic afresh.
+    await connectProducer(async);
+    try {
+      const again = encodePoints([point('after-close', 1)]);
+      expect(async.produceBatch(asyncTopic, again.data, again.messages)).toBe(1);
+      await flush(async);
+    } finally {
+      await disconnect(async);
+    }
+    const all = await consumeAll(asyncTopic, { expected: 3101, partitions: PARTITIONS });
+    expect(all).toHaveLength(3101);
+  });
+});
