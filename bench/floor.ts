@@ -17,7 +17,9 @@
 //   4. HTTP alone: uWebSockets.js answering 202 to every 1-point POST without looking at it
 //      (bench/lib/bare-http.ts, its own process), under autocannon for FLOOR_HTTP_SECONDS (5 s), with
 //      the suite's 32 connections: CPU per request of that process (user and kernel time, /proc).
-// Each producer run is repeated twice, alternating.
+// Each producer run is repeated twice, alternating, after one warm-up run that is shown and not counted:
+// the first million messages into the fresh topic were the dearest of a run (a broker that has not yet
+// taken this topic's load, and the producer's first touch of its memory).
 //
 // On the malloc the service's workers get (WORKER_MALLOC, src/allocator.ts): with jemalloc installed,
 // this process starts itself again with it preloaded, as the supervisor starts a worker.
@@ -227,6 +229,8 @@ async function measure(): Promise<void> {
       { label: 'produce() per message (before produceBatch), failures only', handover: 'produce()', reports: 'failures only', statistics: service },
       { label: `produceBatch(), ${POINTS} a call, failures only, statistics off`, handover: { batch: POINTS }, reports: 'failures only', statistics: 'off' },
     ];
+    const warm = await produce(topic, runs[0]!.handover, runs[0]!.reports, runs[0]!.statistics);
+    console.log(`  ${'warm-up (not counted), as the first row'.padEnd(60)}: JavaScript thread ${f(warm.js)} + librdkafka threads ${f(warm.librdkafka)} = ${f(warm.total)}`);
     const best = new Map<string, number>();
     for (const run of [...runs, ...runs]) {
       const r = await produce(topic, run.handover, run.reports, run.statistics);
