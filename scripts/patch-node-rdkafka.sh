@@ -46,16 +46,38 @@ quietly() {
   rm -f "$log"
 }
 
+# restore_pristine PATCH...: puts back the package's own copies of the files that the patches change
+# (npm's cache has the package), for sources patched by an earlier version of patches/. Copied without
+# their dates, so that make compiles them again.
+restore_pristine() {
+  local pristine file
+  pristine=$(mktemp -d)
+  (cd "$pristine" && npm pack "node-rdkafka@$version" --silent >/dev/null && tar -xzf "node-rdkafka-$version.tgz")
+  for file in $(sed -n 's|^+++ b/||p' "$@"); do cp "$pristine/package/$file" "$module/$file"; done
+  rm -rf "$pristine"
+}
+
 # --- librdkafka: patches/librdkafka-2.12-*.patch ---
 lib=$module/build/deps/librdkafka.so.1
 # The stamp holds the checksum of the library built from the sources with every patch applied, and
 # the patch set's own checksum: a library built before a patch was added (or by node-rdkafka's own
 # install afterwards) does not match it.
 lib_stamp=$module/build/deps/.librdkafka-patches.sha256
-patch_set=$(cat "$root"/patches/librdkafka-2.12-*.patch | sha256sum | cut -d' ' -f1)
-for lib_patch in "$root"/patches/librdkafka-2.12-*.patch; do
-  # Applied already when it reverses cleanly (nothing is written: --dry-run).
-  if patch --directory="$module" --strip=1 --reverse --dry-run --force --quiet <"$lib_patch" >/dev/null 2>&1; then
+lib_patches=("$root"/patches/librdkafka-2.12-*.patch)
+patch_set=$(cat "${lib_patches[@]}" | sha256sum | cut -d' ' -f1)
+# Applied already when it reverses exactly; applicable when it applies exactly (--dry-run: nothing is
+# written). Neither: an earlier version of it is in the sources.
+applied() { patch --directory="$module" --strip=1 --reverse --dry-run --force --fuzz=0 --quiet <"$1" >/dev/null 2>&1; }
+applicable() { patch --directory="$module" --strip=1 --forward --dry-run --fuzz=0 --quiet <"$1" >/dev/null 2>&1; }
+for lib_patch in "${lib_patches[@]}"; do
+  if ! applied "$lib_patch" && ! applicable "$lib_patch"; then
+    restore_pristine "${lib_patches[@]}"
+    echo "patch-node-rdkafka.sh: restored the librdkafka files that patches/ change (an earlier version of $(basename "$lib_patch") was in them)"
+    break
+  fi
+done
+for lib_patch in "${lib_patches[@]}"; do
+  if applied "$lib_patch"; then
     echo "patch-node-rdkafka.sh: librdkafka sources already have $(basename "$lib_patch")"
   else
     patch --directory="$module" --strip=1 --forward --quiet <"$lib_patch"
@@ -81,12 +103,8 @@ if grep -q "$marker" "$module/src/producer.cc"; then
   echo "patch-node-rdkafka.sh: node-rdkafka sources already patched"
 else
   if grep -q NodeProduceBatch "$module/src/producer.cc"; then
-    # Patched by an earlier version: put back the package's own files (npm's cache has the package),
-    # then apply this one.
-    pristine=$(mktemp -d)
-    (cd "$pristine" && npm pack "node-rdkafka@$version" --silent >/dev/null && tar -xzf "node-rdkafka-$version.tgz")
-    for file in $(sed -n 's|^+++ b/||p' "$patch_file"); do cp "$pristine/package/$file" "$module/$file"; done
-    rm -rf "$pristine"
+    # Patched by an earlier version: put back the package's own files, then apply this one.
+    restore_pristine "$patch_file"
     echo "patch-node-rdkafka.sh: restored the files an earlier version of the patch changed"
   fi
   # --forward: refuse (not reverse) a patch that seems applied already; a partial state fails loudly.
