@@ -5,7 +5,7 @@
 #   - keep-brokers-on-empty-metadata: librdkafka keeps its brokers when a Metadata answer lists none,
 #     instead of dropping them all (README, "A broker that stops answering");
 #   - release-per-queue: a delivered MessageSet's accounting and topic references released once, not
-#     per message (README, "What is left").
+#     per message (README, Performance, "librdkafka releases a delivered batch at once").
 #   librdkafka is rebuilt with its own `make libs install`: node-rdkafka's gyp action runs only when
 #   config.h changes, and the addon loads build/deps/librdkafka.so.1 (about 50 s on 2 cores: the
 #   files that include rdkafka_msg.h are compiled again).

@@ -201,20 +201,20 @@ describe('librdkafka releasing delivered messages a MessageSet at a time (patche
     const config = loadConfig({ MQ_BROKERS: BROKERS, MQ_TOPIC: asyncTopic });
     const settings = producerSettings(config, 'produce-batch-async-test');
     expect(settings.global['delivery.report.only.error']).toBe(true);
-    const async = new Kafka.Producer(settings.global, settings.topic);
+    const failuresOnly = new Kafka.Producer(settings.global, settings.topic);
     const queued: { msgCnt: number; msgSize: number }[] = [];
-    async.on('event.stats', (event: { message: string }) => {
+    failuresOnly.on('event.stats', (event: { message: string }) => {
       const stats = JSON.parse(event.message) as { msg_cnt: number; msg_size: number };
       queued.push({ msgCnt: stats.msg_cnt, msgSize: stats.msg_size });
     });
-    async.setPollInterval(10);
-    await connectProducer(async);
+    failuresOnly.setPollInterval(10);
+    await connectProducer(failuresOnly);
     try {
       const batch = encodePoints(Array.from({ length: 100 }, (_, i) => point(`c-${i % 37}`, i)));
       const requests = 30;
-      for (let r = 0; r < requests; r++) expect(async.produceBatch(asyncTopic, batch.data, batch.messages)).toBe(100);
+      for (let r = 0; r < requests; r++) expect(failuresOnly.produceBatch(asyncTopic, batch.data, batch.messages)).toBe(100);
       // flush() returns only once librdkafka's count of queued messages is back to zero.
-      await flush(async);
+      await flush(failuresOnly);
       const seen = queued.length;
       await until(() => queued.length > seen, 'statistics after the flush');
       expect(queued.at(-1)).toEqual({ msgCnt: 0, msgSize: 0 });
@@ -222,20 +222,20 @@ describe('librdkafka releasing delivered messages a MessageSet at a time (patche
       const got = await consumeAll(asyncTopic, { expected: requests * 100, partitions: PARTITIONS });
       expect(got).toHaveLength(requests * 100);
       // The client still holds its topic: more messages after the first delivery go through.
-      expect(async.produceBatch(asyncTopic, batch.data, batch.messages)).toBe(100);
-      await flush(async);
+      expect(failuresOnly.produceBatch(asyncTopic, batch.data, batch.messages)).toBe(100);
+      await flush(failuresOnly);
       await until(() => queued.at(-1)?.msgCnt === 0, 'statistics counting nothing queued');
     } finally {
-      await disconnect(async);
+      await disconnect(failuresOnly);
     }
     // Opened again after the close, the client takes the topic afresh.
-    await connectProducer(async);
+    await connectProducer(failuresOnly);
     try {
       const again = encodePoints([point('after-close', 1)]);
-      expect(async.produceBatch(asyncTopic, again.data, again.messages)).toBe(1);
-      await flush(async);
+      expect(failuresOnly.produceBatch(asyncTopic, again.data, again.messages)).toBe(1);
+      await flush(failuresOnly);
     } finally {
-      await disconnect(async);
+      await disconnect(failuresOnly);
     }
     const all = await consumeAll(asyncTopic, { expected: 3101, partitions: PARTITIONS });
     expect(all).toHaveLength(3101);
