@@ -18,14 +18,17 @@ export class QueueAccounting {
   private enqueuedAtStats = 0;
   private enqueuedBytesAtStats = 0;
   private deliveredReported = 0;
+  /** Points that had left the queue (acknowledged or failed) as of the latest statistics. */
+  private leftAtStats = 0;
   /**
-   * A request did not fit since the latest statistics (refused): until the next ones, whose depth is
-   * the only way down, nothing fits. Without it, a queue a few points below its mark (nearly always: a
-   * request rarely fills it to the point) passed admission, and every request until the next
-   * statistics, up to 100 ms of them, was parsed, validated and encoded only to be refused: under wrk's
-   * closed loop at 100 points per request most refusals were of that kind (bench/HISTORY.md).
+   * A request did not fit (refused): nothing fits until statistics show points leaving the queue, the
+   * only way its depth goes down. Without it, a queue a few points below its mark (nearly always: a
+   * request rarely fills it to the point) passed admission, and every request until then was parsed,
+   * validated and encoded only to be refused: under wrk's closed loop at 100 points per request most
+   * refusals were of that kind (bench/HISTORY.md). Statistics that show the same depth keep it: a
+   * queue Kafka has not drained by a single point has no more room than at the refusal.
    */
-  private refusedSinceStatistics = false;
+  private refusedUntilPointsLeave = false;
 
   /** Points accepted and not yet acknowledged by Kafka or failed (librdkafka's count, kept current). */
   get points(): number {
@@ -36,14 +39,14 @@ export class QueueAccounting {
     return this.statsQueueBytes + (this.enqueuedBytes - this.enqueuedBytesAtStats);
   }
 
-  /** Whether a request was refused for lack of room since the latest statistics. */
+  /** Whether a request was refused for lack of room and no point has left the queue since. */
   get full(): boolean {
-    return this.refusedSinceStatistics;
+    return this.refusedUntilPointsLeave;
   }
 
-  /** A request did not fit below the limits: the queue counts as full until the next statistics. */
+  /** A request did not fit below the limits: the queue counts as full until points leave it. */
   refused(): void {
-    this.refusedSinceStatistics = true;
+    this.refusedUntilPointsLeave = true;
   }
 
   /** Points handed to librdkafka just now. */
@@ -57,7 +60,9 @@ export class QueueAccounting {
    * far. Returns how many points Kafka acknowledged since the previous statistics.
    */
   onStatistics(queued: number, queuedBytes: number, failed: number): number {
-    this.refusedSinceStatistics = false;
+    const left = this.enqueued - queued;
+    if (left > this.leftAtStats || queued === 0) this.refusedUntilPointsLeave = false;
+    this.leftAtStats = left;
     this.statsQueue = queued;
     this.statsQueueBytes = queuedBytes;
     this.enqueuedAtStats = this.enqueued;

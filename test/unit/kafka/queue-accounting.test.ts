@@ -22,13 +22,27 @@ describe('QueueAccounting', () => {
     expect(q.onStatistics(0, 0, 20)).toBe(30);
   });
 
-  it('counts as full from a refusal until the next statistics, the only way its depth goes down', () => {
+  it('counts as full from a refusal until statistics show a point leaving the queue, the only way its depth goes down', () => {
     const q = new QueueAccounting();
     q.added(95, 0);
+    q.onStatistics(95, 0, 0);
     expect(q.full).toBe(false);
     q.refused(); // a request of 10 did not fit below a limit of 100
     expect(q.full).toBe(true);
+    // Kafka took nothing yet (linger, a slow broker): no more room than at the refusal.
     q.onStatistics(95, 0, 0);
+    expect(q.full).toBe(true);
+    q.onStatistics(94, 0, 0); // one acknowledged
+    expect(q.full).toBe(false);
+    q.refused();
+    q.onStatistics(90, 0, 4); // four failed: they left the queue too
+    expect(q.full).toBe(false);
+  });
+
+  it('does not stay full on an empty queue (a request larger than the limits on its own)', () => {
+    const q = new QueueAccounting();
+    q.refused();
+    q.onStatistics(0, 0, 0);
     expect(q.full).toBe(false);
   });
 });
