@@ -33,7 +33,7 @@ import type { EncodedPoints } from '../track-point/encode.js';
 import { BrokerLink, POLL_INTERVAL_MS } from './broker-link.js';
 import { BrokerState, silenceReason, type BrokerRefusal } from './broker-state.js';
 import { codeName, DeliveryReports, type DeliveryTicket } from './delivery-reports.js';
-import { QueueAccounting } from './queue-accounting.js';
+import { QueueAccounting, statisticsTakenAt } from './queue-accounting.js';
 import { messageMaxBytes, type ProducerSettings } from './settings.js';
 import type { SpillJournal } from './spill-journal.js';
 import { SPILL_RECORD_OVERHEAD_BYTES, spillReserveBytes } from '../spill-record.js';
@@ -293,7 +293,7 @@ export class TrackProducer {
   }
 
   private onStats(stats: Statistics): void {
-    const acknowledged = this.queue.onStatistics(stats.msg_cnt, stats.msg_size, this.reports.failed);
+    const acknowledged = this.queue.onStatistics(stats.msg_cnt, stats.msg_size, this.reports.failed, statisticsTakenAt(stats.ts));
     if (acknowledged > 0) this.metrics.delivered.inc(acknowledged);
     this.statistics.export(stats);
     const change = this.state.onStatistics(realBrokers(stats), topicLeaders(stats, this.topic));

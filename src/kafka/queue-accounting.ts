@@ -7,7 +7,38 @@
 // fell behind and the queue looked full while Kafka already had the messages (measured: ~45k
 // points/s per worker, most requests answered 500). With delivery.report.only.error=true only
 // failures come back as reports; the depth of the queue is librdkafka's own `msg_cnt`/`msg_size`
-// (statistics every 100 ms) plus what was enqueued since those statistics were read.
+// (statistics every 100 ms) plus what was enqueued since librdkafka took those statistics.
+//
+// "Since librdkafka took them", not "since JavaScript read them": a statistics event reaches
+// JavaScript 2-18 ms after librdkafka counted its queue (measured: the poll interval, then the event
+// loop), and what was enqueued meanwhile is in neither number. Counted from the time JavaScript read
+// them, those points dropped out of the queue's depth until the next statistics, and admission, which
+// keeps room in the spill journal for every queued point, took more than the journal could hold
+// should all of them fail (CI: 16 points lost as spill_full). So each statistics event is matched,
+// by librdkafka's own clock (`ts`, CLOCK_MONOTONIC), with what had been enqueued by then.
+
+/** librdkafka's statistics `ts` (rd_clock(): CLOCK_MONOTONIC, µs) on performance.now()'s scale (ms). */
+export function statisticsTakenAt(tsMicros: number): number {
+  return tsMicros / 1000 - MONOTONIC_AT_PERFORMANCE_ZERO_MS;
+}
+
+// process.hrtime and performance.now() both read libuv's CLOCK_MONOTONIC; one reading of each fixes
+// the offset between them to well under a microsecond.
+const MONOTONIC_AT_PERFORMANCE_ZERO_MS = Number(process.hrtime.bigint()) / 1e6 - performance.now();
+
+/**
+ * Enqueues this close together share one entry of the history: ~100 entries per statistics interval
+ * whatever the request rate. An entry counts as taken by librdkafka's statistics only if its last
+ * enqueue was before them, so merging only ever counts points as queued a little longer.
+ */
+const HISTORY_BUCKET_MS = 1;
+/**
+ * librdkafka counts its queue just before it reads the clock for `ts` (rd_kafka_stats_emit_all, a
+ * lock apart): what was enqueued within this margin before `ts` counts as not in the statistics yet.
+ * Counting a point twice until the next statistics is the safe error; missing one is not.
+ */
+const STATS_CLOCK_MARGIN_MS = 2;
+
 export class QueueAccounting {
   /** Messages and bytes enqueued since the process started (bytes: keys and values). */
   private enqueued = 0;
@@ -18,6 +49,15 @@ export class QueueAccounting {
   private enqueuedAtStats = 0;
   private enqueuedBytesAtStats = 0;
   private deliveredReported = 0;
+  /**
+   * What had been enqueued by when, for the statistics to come: per entry, the time of its last
+   * enqueue (performance.now()) and the running totals after it. Entries before `head` are spent.
+   */
+  private readonly historyAt: number[] = [];
+  private readonly historyPoints: number[] = [];
+  private readonly historyBytes: number[] = [];
+  private head = 0;
+  private bucketStartedAt = Number.NEGATIVE_INFINITY;
   /** Points that had left the queue (acknowledged or failed) as of the latest statistics. */
   private leftAtStats = 0;
   /**
@@ -49,26 +89,59 @@ export class QueueAccounting {
     this.refusedUntilPointsLeave = true;
   }
 
-  /** Points handed to librdkafka just now. */
-  added(points: number, bytes: number): void {
+  /** Points handed to librdkafka just now (`at`: performance.now() after the handing over). */
+  added(points: number, bytes: number, at: number = performance.now()): void {
     this.enqueued += points;
     this.enqueuedBytes += bytes;
+    const last = this.historyAt.length - 1;
+    if (last >= this.head && at - this.bucketStartedAt < HISTORY_BUCKET_MS) {
+      this.historyAt[last] = at;
+      this.historyPoints[last] = this.enqueued;
+      this.historyBytes[last] = this.enqueuedBytes;
+      return;
+    }
+    this.bucketStartedAt = at;
+    this.historyAt.push(at);
+    this.historyPoints.push(this.enqueued);
+    this.historyBytes.push(this.enqueuedBytes);
+  }
+
+  /** Moves the totals "as of the statistics" to what had been enqueued before `takenAt`. */
+  private enqueuedBy(takenAt: number): void {
+    const cutoff = takenAt - STATS_CLOCK_MARGIN_MS;
+    const at = this.historyAt;
+    let head = this.head;
+    while (head < at.length && at[head]! <= cutoff) {
+      this.enqueuedAtStats = this.historyPoints[head]!;
+      this.enqueuedBytesAtStats = this.historyBytes[head]!;
+      head++;
+    }
+    if (head === at.length) {
+      at.length = this.historyPoints.length = this.historyBytes.length = 0;
+      head = 0;
+    } else if (head > 1024) {
+      at.splice(0, head);
+      this.historyPoints.splice(0, head);
+      this.historyBytes.splice(0, head);
+      head = 0;
+    }
+    this.head = head;
   }
 
   /**
-   * librdkafka's statistics: its queue depth as of now, and `failed`, the points reported failed so
-   * far. Returns how many points Kafka acknowledged since the previous statistics.
+   * librdkafka's statistics: its queue depth when it took them (`takenAt`, on performance.now()'s
+   * scale: statisticsTakenAt), and `failed`, the points reported failed so far. Returns how many
+   * points Kafka acknowledged since the previous statistics.
    */
-  onStatistics(queued: number, queuedBytes: number, failed: number): number {
-    const left = this.enqueued - queued;
-    if (left > this.leftAtStats || queued === 0) this.refusedUntilPointsLeave = false;
-    this.leftAtStats = left;
+  onStatistics(queued: number, queuedBytes: number, failed: number, takenAt: number): number {
+    this.enqueuedBy(takenAt);
     this.statsQueue = queued;
     this.statsQueueBytes = queuedBytes;
-    this.enqueuedAtStats = this.enqueued;
-    this.enqueuedBytesAtStats = this.enqueuedBytes;
+    const left = this.enqueuedAtStats - queued;
+    if (left > this.leftAtStats || this.points === 0) this.refusedUntilPointsLeave = false;
+    this.leftAtStats = left;
     // Acknowledged = enqueued - still queued - failed, as of these statistics.
-    const delivered = this.enqueued - queued - failed;
+    const delivered = this.enqueuedAtStats - queued - failed;
     if (delivered <= this.deliveredReported) return 0;
     const since = delivered - this.deliveredReported;
     this.deliveredReported = delivered;

@@ -17,10 +17,10 @@ export interface ProducerSettings {
 /** The librdkafka properties the contract fixes. MQ_OPT_* may override any of them, at the operator's risk. */
 export function producerSettings(config: Config, clientId: string): ProducerSettings {
   // librdkafka's own queue limits sit well above our high-water mark, so that produceBatch() never
-  // meets QUEUE_FULL for a request we have admitted: our estimate of the queue can lag librdkafka's by
-  // what was acknowledged since its last statistics (it errs high) or, briefly, by what JavaScript
-  // enqueued while a statistics event waited in the event loop (it errs low, by far less than the
-  // headroom of half the high-water mark plus one maximal request). Its byte count includes keys.
+  // meets QUEUE_FULL for a request we have admitted: our estimate of the queue lags librdkafka's by
+  // what was acknowledged since its last statistics, so it errs high (queue-accounting.ts); the
+  // headroom, half the high-water mark plus one maximal request, is a margin should it ever err low.
+  // Its byte count includes keys.
   const maxKeyBytes = CONTAINER_ID_MAX_LENGTH * 3;
   const librdMessages = Math.ceil(config.queueMaxPoints * 1.5) + config.maxPoints;
   const librdKbytes = Math.ceil((config.queueMaxBytes * 1.5 + 4 * config.maxBodyBytes + librdMessages * maxKeyBytes) / 1024);

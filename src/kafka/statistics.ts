@@ -18,6 +18,8 @@ export interface BrokerStats extends BrokerStatsSample {
 }
 
 export interface Statistics {
+  /** When librdkafka took them: its rd_clock(), CLOCK_MONOTONIC in microseconds. */
+  ts: number;
   /** Messages (and their bytes) in librdkafka's queues: enqueued and neither acknowledged nor failed. */
   msg_cnt: number;
   msg_size: number;
