@@ -38,6 +38,12 @@ const HISTORY_BUCKET_MS = 1;
  * Counting a point twice until the next statistics is the safe error; missing one is not.
  */
 const STATS_CLOCK_MARGIN_MS = 2;
+/**
+ * A statistics time further back than this, or ahead of now, is not trusted (a platform whose
+ * rd_clock() is not CLOCK_MONOTONIC, an event loop stalled for a second): it is moved into that
+ * window, so that the history is always consumed and the count can never stay high for good.
+ */
+const STATS_MAX_LAG_MS = 1000;
 
 export class QueueAccounting {
   /** Messages and bytes enqueued since the process started (bytes: keys and values). */
@@ -131,10 +137,10 @@ export class QueueAccounting {
   /**
    * librdkafka's statistics: its queue depth when it took them (`takenAt`, on performance.now()'s
    * scale: statisticsTakenAt), and `failed`, the points reported failed so far. Returns how many
-   * points Kafka acknowledged since the previous statistics.
+   * points Kafka acknowledged since the previous statistics. `readAt`: when JavaScript read them.
    */
-  onStatistics(queued: number, queuedBytes: number, failed: number, takenAt: number): number {
-    this.enqueuedBy(takenAt);
+  onStatistics(queued: number, queuedBytes: number, failed: number, takenAt: number, readAt: number = performance.now()): number {
+    this.enqueuedBy(Number.isFinite(takenAt) ? Math.min(readAt, Math.max(readAt - STATS_MAX_LAG_MS, takenAt)) : readAt);
     this.statsQueue = queued;
     this.statsQueueBytes = queuedBytes;
     const left = this.enqueuedAtStats - queued;
