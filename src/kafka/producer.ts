@@ -33,11 +33,11 @@ import type { EncodedPoints } from '../track-point/encode.js';
 import { BrokerLink, POLL_INTERVAL_MS } from './broker-link.js';
 import { BrokerState, silenceReason, type BrokerRefusal } from './broker-state.js';
 import { codeName, DeliveryReports, type DeliveryTicket } from './delivery-reports.js';
-import { QueueAccounting, statisticsTakenAt } from './queue-accounting.js';
+import { QueueAccounting } from './queue-accounting.js';
 import { messageMaxBytes, type ProducerSettings } from './settings.js';
 import type { SpillJournal } from './spill-journal.js';
 import { SPILL_RECORD_OVERHEAD_BYTES, spillReserveBytes } from '../spill-record.js';
-import { realBrokers, StatisticsExporter, topicLeaders, type Statistics } from './statistics.js';
+import { realBrokers, statisticsTakenAt, StatisticsExporter, topicLeaders, type Statistics } from './statistics.js';
 
 /** Why tryEnqueue or admission refused: the broker state's reasons, and the queue's. */
 export type Refusal = BrokerRefusal | 'queue_full' | 'message_too_large' | 'produce_failed' | 'spill_full';
@@ -293,7 +293,7 @@ export class TrackProducer {
   }
 
   private onStats(stats: Statistics): void {
-    const acknowledged = this.queue.onStatistics(stats.msg_cnt, stats.msg_size, this.reports.failed, statisticsTakenAt(stats.ts));
+    const acknowledged = this.queue.onStatistics(stats.msg_cnt, stats.msg_size, this.reports.failed, statisticsTakenAt(stats));
     if (acknowledged > 0) this.metrics.delivered.inc(acknowledged);
     this.statistics.export(stats);
     const change = this.state.onStatistics(realBrokers(stats), topicLeaders(stats, this.topic));

@@ -15,16 +15,7 @@
 // them, those points dropped out of the queue's depth until the next statistics, and admission, which
 // keeps room in the spill journal for every queued point, took more than the journal could hold
 // should all of them fail (CI: 16 points lost as spill_full). So each statistics event is matched,
-// by librdkafka's own clock (`ts`, CLOCK_MONOTONIC), with what had been enqueued by then.
-
-/** librdkafka's statistics `ts` (rd_clock(): CLOCK_MONOTONIC, µs) on performance.now()'s scale (ms). */
-export function statisticsTakenAt(tsMicros: number): number {
-  return tsMicros / 1000 - MONOTONIC_AT_PERFORMANCE_ZERO_MS;
-}
-
-// process.hrtime and performance.now() both read libuv's CLOCK_MONOTONIC; one reading of each fixes
-// the offset between them to well under a microsecond.
-const MONOTONIC_AT_PERFORMANCE_ZERO_MS = Number(process.hrtime.bigint()) / 1e6 - performance.now();
+// by librdkafka's own clock (statistics.ts, statisticsTakenAt), with what had been enqueued by then.
 
 /**
  * Enqueues this close together share one entry of the history: ~100 entries per statistics interval
@@ -45,6 +36,14 @@ const STATS_CLOCK_MARGIN_MS = 2;
  */
 const STATS_MAX_LAG_MS = 1000;
 
+/** Enqueues from `startedAt` to `at` (performance.now()), and the running totals after the last. */
+interface HistoryEntry {
+  startedAt: number;
+  at: number;
+  points: number;
+  bytes: number;
+}
+
 export class QueueAccounting {
   /** Messages and bytes enqueued since the process started (bytes: keys and values). */
   private enqueued = 0;
@@ -55,17 +54,9 @@ export class QueueAccounting {
   private enqueuedAtStats = 0;
   private enqueuedBytesAtStats = 0;
   private deliveredReported = 0;
-  /**
-   * What had been enqueued by when, for the statistics to come: per entry, the time of its last
-   * enqueue (performance.now()) and the running totals after it. Entries before `head` are spent.
-   */
-  private readonly historyAt: number[] = [];
-  private readonly historyPoints: number[] = [];
-  private readonly historyBytes: number[] = [];
+  /** What had been enqueued by when, for the statistics to come. Entries before `head` are spent. */
+  private readonly history: HistoryEntry[] = [];
   private head = 0;
-  private bucketStartedAt = Number.NEGATIVE_INFINITY;
-  /** Points that had left the queue (acknowledged or failed) as of the latest statistics. */
-  private leftAtStats = 0;
   /**
    * A request did not fit (refused): nothing fits until statistics show points leaving the queue, the
    * only way its depth goes down. Without it, a queue a few points below its mark (nearly always: a
@@ -99,36 +90,30 @@ export class QueueAccounting {
   added(points: number, bytes: number, at: number = performance.now()): void {
     this.enqueued += points;
     this.enqueuedBytes += bytes;
-    const last = this.historyAt.length - 1;
-    if (last >= this.head && at - this.bucketStartedAt < HISTORY_BUCKET_MS) {
-      this.historyAt[last] = at;
-      this.historyPoints[last] = this.enqueued;
-      this.historyBytes[last] = this.enqueuedBytes;
-      return;
+    const last = this.history.length > this.head ? this.history[this.history.length - 1]! : null;
+    if (last !== null && at - last.startedAt < HISTORY_BUCKET_MS) {
+      last.at = at;
+      last.points = this.enqueued;
+      last.bytes = this.enqueuedBytes;
+    } else {
+      this.history.push({ startedAt: at, at, points: this.enqueued, bytes: this.enqueuedBytes });
     }
-    this.bucketStartedAt = at;
-    this.historyAt.push(at);
-    this.historyPoints.push(this.enqueued);
-    this.historyBytes.push(this.enqueuedBytes);
   }
 
   /** Moves the totals "as of the statistics" to what had been enqueued before `takenAt`. */
   private enqueuedBy(takenAt: number): void {
     const cutoff = takenAt - STATS_CLOCK_MARGIN_MS;
-    const at = this.historyAt;
+    const history = this.history;
     let head = this.head;
-    while (head < at.length && at[head]! <= cutoff) {
-      this.enqueuedAtStats = this.historyPoints[head]!;
-      this.enqueuedBytesAtStats = this.historyBytes[head]!;
-      head++;
+    for (; head < history.length && history[head]!.at <= cutoff; head++) {
+      this.enqueuedAtStats = history[head]!.points;
+      this.enqueuedBytesAtStats = history[head]!.bytes;
     }
-    if (head === at.length) {
-      at.length = this.historyPoints.length = this.historyBytes.length = 0;
+    if (head === history.length) {
+      history.length = 0;
       head = 0;
     } else if (head > 1024) {
-      at.splice(0, head);
-      this.historyPoints.splice(0, head);
-      this.historyBytes.splice(0, head);
+      history.splice(0, head);
       head = 0;
     }
     this.head = head;
@@ -140,12 +125,12 @@ export class QueueAccounting {
    * points Kafka acknowledged since the previous statistics. `readAt`: when JavaScript read them.
    */
   onStatistics(queued: number, queuedBytes: number, failed: number, takenAt: number, readAt: number = performance.now()): number {
+    // Points that had left the queue (acknowledged or failed) as of the previous statistics.
+    const leftBefore = this.enqueuedAtStats - this.statsQueue;
     this.enqueuedBy(Number.isFinite(takenAt) ? Math.min(readAt, Math.max(readAt - STATS_MAX_LAG_MS, takenAt)) : readAt);
     this.statsQueue = queued;
     this.statsQueueBytes = queuedBytes;
-    const left = this.enqueuedAtStats - queued;
-    if (left > this.leftAtStats || this.points === 0) this.refusedUntilPointsLeave = false;
-    this.leftAtStats = left;
+    if (this.enqueuedAtStats - queued > leftBefore || this.points === 0) this.refusedUntilPointsLeave = false;
     // Acknowledged = enqueued - still queued - failed, as of these statistics.
     const delivered = this.enqueuedAtStats - queued - failed;
     if (delivered <= this.deliveredReported) return 0;
