@@ -9,15 +9,17 @@
 #   librdkafka is rebuilt with its own `make libs install`: node-rdkafka's gyp action runs only when
 #   config.h changes, and the addon loads build/deps/librdkafka.so.1 (about 50 s on 2 cores: the
 #   files that include rdkafka_msg.h are compiled again).
-# - node-rdkafka-3.6.1-produce-batch.patch: Producer#produceBatch hands librdkafka every message of a
-#   request in one native call (README, "One native call per request" says why). The addon is
-#   rebuilt with `node-gyp build`, not `rebuild`: only the changed C++ files are compiled again
-#   (about 20 s).
+# - node-rdkafka-3.6.1-*.patch, to node-rdkafka's addon:
+#   - produce-batch: Producer#produceBatch hands librdkafka every message of a request in one native
+#     call (README, "One native call per request" says why);
+#   - delivery-status: each delivery report carries librdkafka's message status (persisted, possibly
+#     persisted, not persisted), which ACK_MODE=delivered answers from.
+#   The addon is rebuilt with `node-gyp build`, not `rebuild`: only the changed C++ files are compiled
+#   again (about 20 s).
 #
 # Idempotent: each step does nothing when its result is already in place.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-patch_file=$root/patches/node-rdkafka-3.6.1-produce-batch.patch
 module=$root/node_modules/node-rdkafka
 addon=$module/build/Release/node-librdkafka.node
 
@@ -95,25 +97,32 @@ else
   echo "patch-node-rdkafka.sh: librdkafka rebuilt into build/deps"
 fi
 
-# --- node-rdkafka: Producer#produceBatch ---
-# A string that this version of the patch writes into the sources and, as an error message, into the
-# addon: an install patched by an earlier version of patches/ lacks it.
-marker='messages: Uint32Array, opaque?)'
-if grep -q "$marker" "$module/src/producer.cc"; then
-  echo "patch-node-rdkafka.sh: node-rdkafka sources already patched"
-else
-  if grep -q NodeProduceBatch "$module/src/producer.cc"; then
-    # Patched by an earlier version: put back the package's own files, then apply this one.
-    restore_pristine "$patch_file"
-    echo "patch-node-rdkafka.sh: restored the files an earlier version of the patch changed"
+# --- node-rdkafka: patches/node-rdkafka-3.6.1-*.patch ---
+# The addon's stamp, like librdkafka's: the patch set's checksum and the addon's, so that an addon
+# built before a patch was added, or by npm reinstalling node-rdkafka, is built again.
+addon_stamp=$module/build/Release/.node-rdkafka-patches.sha256
+addon_patches=("$root"/patches/node-rdkafka-3.6.1-*.patch)
+addon_set=$(cat "${addon_patches[@]}" | sha256sum | cut -d' ' -f1)
+for addon_patch in "${addon_patches[@]}"; do
+  if ! applied "$addon_patch" && ! applicable "$addon_patch"; then
+    restore_pristine "${addon_patches[@]}"
+    echo "patch-node-rdkafka.sh: restored the node-rdkafka files that patches/ change (an earlier version of $(basename "$addon_patch") was in them)"
+    break
   fi
-  # --forward: refuse (not reverse) a patch that seems applied already; a partial state fails loudly.
-  patch --directory="$module" --strip=1 --forward --quiet <"$patch_file"
-  echo "patch-node-rdkafka.sh: applied $(basename "$patch_file")"
-fi
+done
+for addon_patch in "${addon_patches[@]}"; do
+  if applied "$addon_patch"; then
+    echo "patch-node-rdkafka.sh: node-rdkafka sources already have $(basename "$addon_patch")"
+  else
+    # --forward: refuse (not reverse) a patch that seems applied already; a partial state fails loudly.
+    patch --directory="$module" --strip=1 --forward --quiet <"$addon_patch"
+    echo "patch-node-rdkafka.sh: applied $(basename "$addon_patch")"
+  fi
+done
 
-if [[ -f $addon ]] && grep -q "$marker" "$addon"; then
-  echo "patch-node-rdkafka.sh: the addon has produceBatch"
+if [[ -f $addon && -f $addon_stamp ]] && grep -qx "# patches $addon_set" "$addon_stamp" &&
+  (cd "$(dirname "$addon")" && sha256sum --check --status "$addon_stamp"); then
+  echo "patch-node-rdkafka.sh: the addon is built from the patched sources"
   exit 0
 fi
 # npm puts its bundled node-gyp on the PATH of lifecycle scripts; run by hand, use npm's copy.
@@ -123,5 +132,5 @@ if ! command -v node-gyp >/dev/null; then
 fi
 echo "patch-node-rdkafka.sh: rebuilding the node-rdkafka addon (librdkafka itself is kept)"
 quietly "node-gyp build" "$module" "${gyp[@]}" build
-grep -q "$marker" "$addon" || { echo "patch-node-rdkafka.sh: rebuilt addon lacks this produceBatch" >&2; exit 1; }
-echo "patch-node-rdkafka.sh: node-rdkafka addon rebuilt with produceBatch"
+{ echo "# patches $addon_set"; (cd "$(dirname "$addon")" && sha256sum "$(basename "$addon")"); } >"$addon_stamp"
+echo "patch-node-rdkafka.sh: node-rdkafka addon rebuilt with patches/"

@@ -1,7 +1,8 @@
-// The closed catalogue of error answers: every `error` code the API can answer, with its HTTP status.
-// An answer is made from a code and a message (errorAnswer); its status, the `reason` label of the
-// rejection metrics and the error responses of the OpenAPI document all come from this table. A test
-// checks that the README's table lists each code. Bodies are JSON:
+// The closed catalogue of error answers: every `error` code a client can receive, from the service
+// or from the reference gateway in front of it, with its HTTP status, its Retry-After, what it means
+// and whether resending the request is safe. The service's answers, the `reason` label of the
+// refusal metrics, the OpenAPI document's error responses and the README's error table all come from
+// this table; a test holds the gateway's files (deploy/gateway) to it. Bodies are JSON:
 //   {"error": "validation_failed", "message": "2 invalid track points", "details": [...]}
 
 /** Every status the service answers with, and its status line (uWS wants the whole line). */
@@ -19,30 +20,73 @@ export const STATUS_LINE = {
 
 export type HttpStatus = keyof typeof STATUS_LINE;
 
-export const ERROR_STATUS = {
-  invalid_json: 400,
-  validation_failed: 400,
-  not_found: 404,
-  method_not_allowed: 405,
-  payload_too_large: 413,
-  unsupported_media_type: 415,
-  broker_unavailable: 500,
-  delivery_failed: 500,
-} as const satisfies Record<string, HttpStatus>;
+/** Who answers with a code: the service, the reference gateway (nginx or HAProxy), or both. */
+export type AnsweredBy = 'service' | 'gateway' | 'both';
 
-export type ErrorCode = keyof typeof ERROR_STATUS;
+/**
+ * What a client may do after the answer: `fix` the request (resending it unchanged gets the same
+ * answer), `resend` it after Retry-After (nothing of it was taken), or `check` first: some of its
+ * points may be in Kafka already, and a resend may duplicate them.
+ */
+export type Resend = 'fix' | 'resend' | 'check';
 
-/** The codes a refused POST /track can carry: the `reason` label of ingest_points_rejected_total. */
-export const TRACK_REJECTIONS = [
-  'invalid_json',
-  'validation_failed',
-  'payload_too_large',
-  'unsupported_media_type',
-  'broker_unavailable',
-  'delivery_failed',
-] as const satisfies readonly ErrorCode[];
+export interface CatalogueEntry {
+  status: number;
+  by: AnsweredBy;
+  /** Seconds, sent as the Retry-After header; absent: no header. */
+  retryAfter?: number;
+  resend: Resend;
+  /** When it is answered, in one sentence. */
+  when: string;
+}
 
-export type TrackRejection = (typeof TRACK_REJECTIONS)[number];
+/**
+ * The catalogue. Every 5xx of the service means that nothing of the request was taken, except
+ * delivery_uncertain (ACK_MODE=delivered, some points may be in Kafka). Statuses keep to the spec and
+ * decisions.md: a write to the broker that cannot be made is a 500, whatever the reason.
+ */
+export const CATALOGUE = {
+  invalid_json: { status: 400, by: 'service', resend: 'fix', when: 'The body is not valid JSON (also empty, invalid UTF-8, trailing garbage, not valid gzip).' },
+  validation_failed: { status: 400, by: 'service', resend: 'fix', when: 'The body is not an array, or a point fails validation (`details` says which and why); nothing of the request is produced.' },
+  bad_request: { status: 400, by: 'gateway', resend: 'fix', when: 'The request is not valid HTTP/1.x (duplicate Content-Length, Content-Length with Transfer-Encoding, a malformed request line).' },
+  not_found: { status: 404, by: 'both', resend: 'fix', when: 'Unknown path (the gateway serves only /track).' },
+  method_not_allowed: { status: 405, by: 'service', resend: 'fix', when: 'A method other than POST on /track (header Allow: POST), or other than GET elsewhere.' },
+  request_timeout: { status: 408, by: 'gateway', resend: 'resend', when: 'The request\'s headers or body did not arrive within 10 s.' },
+  payload_too_large: { status: 413, by: 'both', resend: 'fix', when: 'Body over MAX_BODY_BYTES (after gunzip), more than MAX_POINTS points, or a point larger than Kafka\'s message size limit.' },
+  unsupported_media_type: { status: 415, by: 'service', resend: 'fix', when: 'Content-Type other than application/json, or Content-Encoding other than gzip or identity.' },
+  rate_limited: { status: 429, by: 'gateway', retryAfter: 1, resend: 'resend', when: 'More than GATEWAY_RATE_LIMIT requests in one second for this client key.' },
+  request_header_too_large: { status: 431, by: 'gateway', resend: 'fix', when: 'A header block over 4 lines of 8 KiB.' },
+  queue_full: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'Backpressure: Kafka takes points more slowly than they arrive; the request waited QUEUE_FULL_WAIT_MS for room in the producer queue and found none.' },
+  journal_full: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'The spill journal (points Kafka failed after their 202) is full (SPILL_MAX_BYTES) or cannot be written; /readyz says which.' },
+  broker_unavailable: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'No Kafka broker reachable: not connected yet, or none for BROKER_DOWN_GRACE_MS.' },
+  broker_stalled: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'Kafka brokers keep their connections but have answered nothing for BROKER_DOWN_GRACE_MS (a frozen broker).' },
+  topic_unknown: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'The topic MQ_TOPIC does not exist or has no leader.' },
+  producer_failed: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'This worker\'s Kafka producer hit a fatal error (it is being replaced) or refused the points.' },
+  shutting_down: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'This worker is shutting down (a deploy or scale-down); another one takes the resend.' },
+  delivery_failed: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'ACK_MODE=delivered: Kafka did not take the request\'s points within DELIVERY_TIMEOUT_MS, and none of them was written.' },
+  delivery_uncertain: { status: 500, by: 'service', retryAfter: 1, resend: 'check', when: 'ACK_MODE=delivered: not every point was acknowledged within DELIVERY_TIMEOUT_MS, and some were or may have been written (sent, no answer): a resend may duplicate them.' },
+  gateway_error: { status: 500, by: 'gateway', resend: 'resend', when: 'The gateway itself failed to handle the request.' },
+  service_unreachable: { status: 502, by: 'gateway', retryAfter: 1, resend: 'resend', when: 'The gateway cannot reach the service (down or restarting).' },
+  service_unavailable: { status: 503, by: 'gateway', retryAfter: 1, resend: 'resend', when: 'No ready service instance (HAProxy\'s readiness check).' },
+  service_timeout: { status: 504, by: 'gateway', retryAfter: 1, resend: 'check', when: 'The service did not answer within 15 s; the request may have been taken.' },
+  http_version_not_supported: { status: 505, by: 'gateway', resend: 'fix', when: 'HTTP/1.0 through the HAProxy example (the nginx gateway serves it).' },
+} as const satisfies Record<string, CatalogueEntry>;
+
+export type CatalogueCode = keyof typeof CATALOGUE;
+
+/** The codes the service itself answers with (the gateway's own are in the catalogue too). */
+export type ErrorCode = { [C in CatalogueCode]: (typeof CATALOGUE)[C]['by'] extends 'gateway' ? never : C }[CatalogueCode];
+
+export const ERROR_CODES = (Object.keys(CATALOGUE) as CatalogueCode[]).filter((code): code is ErrorCode => CATALOGUE[code].by !== 'gateway');
+
+/** The status of each code the service answers with. */
+export const ERROR_STATUS = Object.fromEntries(ERROR_CODES.map((code) => [code, CATALOGUE[code].status])) as {
+  [C in ErrorCode]: (typeof CATALOGUE)[C]['status'];
+};
+
+/** The codes a refused POST /track can carry: the `reason` label of the refusal metrics. */
+export const TRACK_REJECTIONS = ERROR_CODES.filter((code): code is TrackRejection => code !== 'not_found' && code !== 'method_not_allowed');
+export type TrackRejection = Exclude<ErrorCode, 'not_found' | 'method_not_allowed'>;
 
 /** One rejected field of one point. `field` is absent when the element itself is wrong (not an object). */
 export interface PointIssue {
@@ -54,19 +98,70 @@ export interface PointIssue {
 /** At most this many entries in `details`: a 10,000-point garbage body must not produce a 2 MB answer. */
 export const MAX_ERROR_DETAILS = 100;
 
-/** An error answer: the status is the catalogue's for the code. */
+/** An error answer: the status and Retry-After are the catalogue's for the code. */
 export interface ErrorAnswer<C extends ErrorCode = ErrorCode> {
-  status: (typeof ERROR_STATUS)[C];
+  status: (typeof CATALOGUE)[C]['status'];
   code: C;
   body: string;
+  retryAfter?: number;
 }
 
 export function errorAnswer<C extends ErrorCode>(code: C, message: string, details?: readonly PointIssue[]): ErrorAnswer<C> {
   const body = JSON.stringify(details === undefined ? { error: code, message } : { error: code, message, details });
-  return { status: ERROR_STATUS[code], code, body };
+  const entry: CatalogueEntry = CATALOGUE[code];
+  return { status: CATALOGUE[code].status, code, body, ...(entry.retryAfter === undefined ? {} : { retryAfter: entry.retryAfter }) };
 }
 
-/** The codes answered with this status, in catalogue order (the OpenAPI document lists them). */
+/** The codes the service answers with this status, in catalogue order (the OpenAPI document lists them). */
 export function codesWithStatus(status: number): ErrorCode[] {
-  return (Object.keys(ERROR_STATUS) as ErrorCode[]).filter((code) => ERROR_STATUS[code] === status);
+  return ERROR_CODES.filter((code) => CATALOGUE[code].status === status);
+}
+
+/**
+ * Why the producer takes nothing of a request now, each a code of the catalogue: the broker state's
+ * reasons (kafka/broker-state.ts), the producer queue's and the spill journal's.
+ */
+export const PRODUCER_REFUSALS = [
+  'queue_full',
+  'journal_full',
+  'broker_unavailable',
+  'broker_stalled',
+  'topic_unknown',
+  'producer_failed',
+  'shutting_down',
+] as const satisfies readonly ErrorCode[];
+export type ProducerRefusal = (typeof PRODUCER_REFUSALS)[number];
+
+/** What the refusals' messages name: the settings an operator reading the answer would look at. */
+export interface RefusalContext {
+  brokers: string;
+  topic: string;
+  brokerDownGraceMs: number;
+  queueFullWaitMs: number;
+}
+
+/** The message of each producer refusal; every one ends saying that nothing was taken. */
+export function refusalMessage(refusal: ProducerRefusal, c: RefusalContext): string {
+  const nothing = 'nothing from this request was accepted';
+  switch (refusal) {
+    case 'queue_full': return `the producer queue is full: Kafka takes points more slowly than they arrive, and no room came within ${c.queueFullWaitMs} ms (QUEUE_FULL_WAIT_MS); ${nothing}`;
+    case 'journal_full': return `the spill journal, which keeps points Kafka failed after their 202, is full (SPILL_MAX_BYTES) or cannot be written; ${nothing}`;
+    case 'broker_unavailable': return `no Kafka broker of ${c.brokers} can be reached (not connected yet, or none for more than ${c.brokerDownGraceMs} ms); ${nothing}`;
+    case 'broker_stalled': return `the Kafka brokers have answered nothing for more than ${c.brokerDownGraceMs} ms while requests wait; ${nothing}`;
+    case 'topic_unknown': return `topic ${c.topic} does not exist or has no leader; ${nothing}`;
+    case 'producer_failed': return `this worker's Kafka producer failed (a fatal error, or librdkafka refused the points); ${nothing}`;
+    case 'shutting_down': return `this worker is shutting down; ${nothing}`;
+  }
+}
+
+const RESEND_TEXT: Record<Resend, string> = {
+  fix: 'no: fix the request',
+  resend: 'yes: nothing was taken',
+  check: 'may duplicate: some points may be in Kafka',
+};
+
+/** The catalogue entry as a row of the README's error table: code, status, by, Retry-After, resend, when. */
+export function catalogueRow(code: CatalogueCode): string {
+  const e: CatalogueEntry = CATALOGUE[code];
+  return `| \`${code}\` | ${e.status} | ${e.by} | ${e.retryAfter ?? ''} | ${RESEND_TEXT[e.resend]} | ${e.when} |`;
 }

@@ -4,6 +4,7 @@
 // reasons, librdkafka error names and broker ids; never a container id.
 import client from 'prom-client';
 import { CountedHistogram } from './counted-histogram.js';
+import { EVENT_LOOP_SAMPLE_MS, EventLoopDelay, type EventLoopDelaySnapshot } from './event-loop-delay.js';
 import { STATUS_LINE, TRACK_REJECTIONS, type HttpStatus, type TrackRejection } from './errors.js';
 import type { Route } from './routes.js';
 
@@ -23,7 +24,9 @@ export class TrackTally {
   readonly byStatus = Object.fromEntries(STATUSES.map((status) => [status, 0])) as Record<HttpStatus, number>;
   points = 0;
   bytes = 0;
+  /** Points in refused requests, and refused requests, by error code. */
   readonly rejected = Object.fromEntries(TRACK_REJECTIONS.map((code) => [code, 0])) as Record<TrackRejection, number>;
+  readonly refused = Object.fromEntries(TRACK_REJECTIONS.map((code) => [code, 0])) as Record<TrackRejection, number>;
 }
 
 /** Turns a running total into the increments a prom-client counter wants. */
@@ -37,18 +40,42 @@ function deltas() {
 }
 
 /**
- * How often the event-loop lag histogram (prom-client's default metrics, perf_hooks'
- * monitorEventLoopDelay) samples, in ms. prom-client's 10 ms woke every worker and the idle standby
- * 100 times a second: the standby alone used 8.0–10.7 ms of CPU a second doing nothing, 2.0–2.7 at 100 ms
- * (README, "Sizing"). A stall still delays the next sample by its whole length, so lag is still seen.
+ * prom-client's default metrics report its event-loop histogram's raw samples, which are the sampling
+ * interval plus the delay (event-loop-delay.ts says why that misleads), and it has no switch to leave
+ * them out: its histogram is given an interval of 2^30 ms (it never samples) and its gauges are
+ * replaced, under the same names, by ones that report the delay alone.
  */
-const EVENT_LOOP_SAMPLE_MS = 100;
+const PROM_CLIENT_LOOP_SAMPLE_MS = 2 ** 30;
+const LOOP_DELAY_STATISTICS = ['min', 'max', 'mean', 'stddev', 'p50', 'p90', 'p99'] as const;
+
+/** The event-loop delay gauges (ingest_nodejs_eventloop_lag_*_seconds), read from `delay` at each scrape. */
+function registerLoopDelay(registry: client.Registry, workerId: string, delay: EventLoopDelay): void {
+  const gauges = new Map<(typeof LOOP_DELAY_STATISTICS)[number], client.Gauge<'worker'>>();
+  for (const statistic of LOOP_DELAY_STATISTICS) {
+    const name = `${METRIC_PREFIX}nodejs_eventloop_lag_${statistic}_seconds`;
+    registry.removeSingleMetric(name);
+    gauges.set(statistic, new Gauge({
+      name,
+      help: `Event-loop delay beyond the ${EVENT_LOOP_SAMPLE_MS} ms sampling interval since the last scrape, ${statistic} (a timer's lateness; 0 on an idle loop).`,
+      labelNames: ['worker'] as const,
+      aggregator: statistic === 'max' ? 'max' : statistic === 'min' ? 'min' : 'average',
+      registers: [registry],
+      // The first one's collect sets them all from one window, then starts the next.
+      ...(statistic === LOOP_DELAY_STATISTICS[0] ? { collect: () => set(delay.take()) } : {}),
+    }));
+  }
+  const set = (snapshot: EventLoopDelaySnapshot) => {
+    for (const [statistic, gauge] of gauges) gauge.labels(workerId).set(snapshot[statistic]);
+  };
+}
 
 export function createWorkerMetrics(workerId: string) {
   const registry = new Registry();
   const tally = new TrackTally();
   const delta = deltas();
-  client.collectDefaultMetrics({ register: registry, prefix: METRIC_PREFIX, labels: { worker: workerId }, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
+  client.collectDefaultMetrics({ register: registry, prefix: METRIC_PREFIX, labels: { worker: workerId }, eventLoopMonitoringPrecision: PROM_CLIENT_LOOP_SAMPLE_MS });
+  const loopDelay = new EventLoopDelay();
+  registerLoopDelay(registry, workerId, loopDelay);
   const registers = [registry];
 
   const requests = new Counter({
@@ -86,6 +113,15 @@ export function createWorkerMetrics(workerId: string) {
     registers,
     collect() {
       for (const [reason, total] of Object.entries(tally.rejected)) this.labels(reason).inc(delta(`rejected:${reason}`, total));
+    },
+  });
+  new Counter({
+    name: `${METRIC_PREFIX}requests_rejected_total`,
+    help: 'POST /track requests answered with an error, by reason: the error code of the answer (queue_full is backpressure, broker_unavailable an outage; see the README\'s error catalogue).',
+    labelNames: ['reason'] as const,
+    registers,
+    collect() {
+      for (const [reason, total] of Object.entries(tally.refused)) this.labels(reason).inc(delta(`refused:${reason}`, total));
     },
   });
   new Counter({
@@ -129,11 +165,6 @@ export function createWorkerMetrics(workerId: string) {
     collect() {
       this.set(waitingSource());
     },
-  });
-  const queueFull = new Counter({
-    name: `${METRIC_PREFIX}producer_queue_full_total`,
-    help: 'Requests refused with 500 because the producer queue was above its high-water mark (after waiting QUEUE_FULL_WAIT_MS for room).',
-    registers,
   });
   const delivered = new Counter({
     name: `${METRIC_PREFIX}messages_delivered_total`,
@@ -237,6 +268,8 @@ export function createWorkerMetrics(workerId: string) {
     Object.fromEntries(STATUSES.map((s) => [s, requests.labels(route, String(s))])) as Record<HttpStatus, client.Counter.Internal>;
   return {
     registry,
+    /** The event-loop delay, sampled once the worker serves (an idle standby does not sample). */
+    loopDelay,
     /** POST /track: plain tallies, and the two histograms counted into arrays. */
     track: { tally, duration, requestPoints },
     other: (route: Exclude<Route, '/track'>) => ({ requests: byStatus(route) }),
@@ -252,7 +285,6 @@ export function createWorkerMetrics(workerId: string) {
     spilled,
     spillReplayed,
     pointsLost,
-    queueFull,
     delivered,
     deliveryErrors,
     deliveryLatency,

@@ -1,8 +1,8 @@
 // The OpenAPI 3.1 description of the HTTP API, generated from the zod schema of a track point and
 // the error catalogue, so that neither is written twice. Served at GET /openapi.json and checked in
-// as openapi.json (`npm run openapi`); a test compares the two and checks the document against the validator.
+// as openapi.json (`make openapi`); a test compares the two and checks the document against the validator.
 import { z } from 'zod';
-import { codesWithStatus, ERROR_STATUS } from './errors.js';
+import { codesWithStatus, ERROR_CODES } from './errors.js';
 import { TRACK_PATH } from './routes.js';
 import { TrackPointSchema } from './track-point/schema.js';
 
@@ -13,7 +13,7 @@ export function buildOpenApi(limits: { maxPoints: number; maxBodyBytes: number }
     type: 'object',
     required: ['error', 'message'],
     properties: {
-      error: { type: 'string', enum: Object.keys(ERROR_STATUS) },
+      error: { type: 'string', enum: ERROR_CODES },
       message: { type: 'string' },
       details: {
         type: 'array',
@@ -60,7 +60,7 @@ export function buildOpenApi(limits: { maxPoints: number; maxBodyBytes: number }
             '405': errorResponse(405, 'the Allow header says POST.', { Allow: { schema: { type: 'string' } } }),
             '413': errorResponse(413, 'body over MAX_BODY_BYTES or more than MAX_POINTS points.'),
             '415': errorResponse(415, 'Content-Type other than application/json or an encoding other than gzip.'),
-            '500': errorResponse(500, 'the producer cannot take the points now, or (ACK_MODE=delivered) Kafka did not acknowledge them all; resend the whole request.', {
+            '500': errorResponse(500, 'nothing of the request was taken, and the code says why (backpressure, an outage, shutdown...): resend it after Retry-After; or, with ACK_MODE=delivered, Kafka did not acknowledge every point within DELIVERY_TIMEOUT_MS: delivery_failed when none was written (resend), delivery_uncertain when some were or may have been (a resend may duplicate them).', {
               'Retry-After': { schema: { type: 'integer' } },
             }),
           },

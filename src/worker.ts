@@ -37,6 +37,7 @@ export async function runWorker(config: Config): Promise<void> {
 
   const slot = workerSlot() ?? (await standBy(log));
   process.title = `track-ingest worker ${slot}`;
+  metrics.loopDelay.start();
   let journal: SpillJournal;
   try {
     journal = new SpillJournal({
@@ -63,6 +64,7 @@ export async function runWorker(config: Config): Promise<void> {
   try {
     producer = new TrackProducer(config, log, metrics, journal, producerSettings(config, `track-ingest-${hostname()}-${workerId}`));
   } catch (err) {
+    // The primary checked the settings before forking: this is librdkafka refusing them at creation.
     log.fatal({ err }, 'invalid Kafka producer setting (check MQ_OPT_* variables)');
     process.exit(EXIT.CONFIG);
   }

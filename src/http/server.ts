@@ -5,7 +5,7 @@
 import uWS from 'uWebSockets.js';
 import type { Config } from '../config.js';
 import { errorAnswer, STATUS_LINE, type ErrorAnswer, type HttpStatus } from '../errors.js';
-import type { DeliveryTicket } from '../kafka/delivery-reports.js';
+import { newTicket } from '../kafka/delivery-reports.js';
 import type { Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics.js';
 import { GET_PATHS, TRACK_PATH, type GetPath } from '../routes.js';
@@ -105,8 +105,10 @@ export class HttpServer {
     this.limits = {
       maxBodyBytes: config.maxBodyBytes,
       maxPoints: config.maxPoints,
-      brokerDownGraceMs: config.brokerDownGraceMs,
+      brokers: config.brokers,
       topic: config.topic,
+      brokerDownGraceMs: config.brokerDownGraceMs,
+      queueFullWaitMs: config.queueFullWaitMs,
     };
     this.tooLarge = refuse('payload_too_large', `body is larger than ${config.maxBodyBytes} bytes (MAX_BODY_BYTES)`);
     this.waiting = new WaitingRoom(() => deps.producer.admission(), config.queueFullWaitMs, config.queueFullWaitMaxBytes);
@@ -240,19 +242,13 @@ export class HttpServer {
     }
     // ACK_MODE=delivered: answer once Kafka acknowledged (or failed) every point of the request.
     let outcome: TrackOutcome | null = null;
-    const ticket: DeliveryTicket = {
-      remaining: 0,
-      failed: 0,
-      firstError: '',
-      enqueuedAt: 0,
-      settle: (t) => {
-        if (outcome === null || !outcome.awaitingDelivery) return; // already answered (produce failed midway)
-        this.awaitingDelivery--;
-        const answer = t.failed === 0 ? outcome : deliveryFailed(t, outcome.points);
-        if (isAborted()) this.count(started, answer); // the client left; the points were still sent
-        else this.finishTrack(res, started, answer, KEEP_READING);
-      },
-    };
+    const ticket = newTicket((t) => {
+      if (outcome === null || !outcome.awaitingDelivery) return; // already answered (produce failed midway)
+      this.awaitingDelivery--;
+      const answer = t.failed === 0 ? outcome : deliveryFailed(t, outcome.points);
+      if (isAborted()) this.count(started, answer); // the client left; the points were still sent
+      else this.finishTrack(res, started, answer, KEEP_READING);
+    });
     outcome = handleTrackBody(body, gzipped, this.limits, this.deps.producer, ticket);
     if (outcome.awaitingDelivery) this.awaitingDelivery++;
     else if (this.mayWait(outcome)) this.waitForRoom(res, started, body, owned, gzipped, isAborted);
@@ -311,8 +307,8 @@ export class HttpServer {
       if (outcome.points > 0) requestPoints.observe(outcome.points);
     } else if (outcome.reason !== undefined) {
       tally.rejected[outcome.reason] += outcome.points;
+      tally.refused[outcome.reason]++;
     }
-    if (outcome.refusal === 'queue_full') this.deps.metrics.queueFull.inc();
     tally.byStatus[outcome.status]++;
     duration.observe((performance.now() - started) / 1000);
   }

@@ -8,7 +8,7 @@
 // takes the general path, which decides every answer but 202.
 import { isUtf8 } from 'node:buffer';
 import { gunzipSync } from 'node:zlib';
-import { errorAnswer, type HttpStatus, type PointIssue, type TrackRejection } from '../errors.js';
+import { errorAnswer, PRODUCER_REFUSALS, refusalMessage, type HttpStatus, type PointIssue, type ProducerRefusal, type RefusalContext, type TrackRejection } from '../errors.js';
 import type { DeliveryTicket } from '../kafka/delivery-reports.js';
 import type { Refusal } from '../kafka/producer.js';
 import { encodePoints, type EncodedPoints } from '../track-point/encode.js';
@@ -26,27 +26,23 @@ export interface TrackOutcome {
   reason?: TrackRejection;
   /** ACK_MODE=delivered: the points are queued; the answer waits for the ticket to settle. */
   awaitingDelivery?: boolean;
-  /** Set on a 500 of the producer's: why it took nothing (the queue_full counter reads it). */
-  refusal?: Refusal;
+  /** Set on a 500 of the producer's: why it took nothing (the waiting room reads it). */
+  refusal?: ProducerRefusal;
 }
 
 /** What the track body needs from the producer. */
 export interface PointSink {
   /** Why nothing could be taken now (checked before parsing), or null. */
-  admission(): Refusal | null;
+  admission(): ProducerRefusal | null;
   /** Takes all points or none; null when taken. With a ticket, every point reports back to it. */
   tryEnqueue(batch: EncodedPoints, ticket: DeliveryTicket | null): Refusal | null;
 }
 
-export interface TrackLimits {
+/** The limits a body is held to, and what the refusals' messages name. */
+export interface TrackLimits extends RefusalContext {
   maxBodyBytes: number;
   maxPoints: number;
-  brokerDownGraceMs: number;
-  topic: string;
 }
-
-/** Retry-After of every 500 (broker_unavailable, delivery_failed), in seconds. */
-const RETRY_AFTER_S = 1;
 
 /** The 202 answers of up to this many points are built at start-up and kept. */
 const ACCEPTED_BODIES_KEPT = 1000;
@@ -60,8 +56,8 @@ export function acceptedBody(count: number): Buffer {
 
 /** A refusal of the whole request: its status is the catalogue's for the code. */
 export function refuse(code: TrackRejection, message: string, points = 0, details?: readonly PointIssue[]): TrackOutcome {
-  const { status, body } = errorAnswer(code, message, details);
-  return { status, body, points, reason: code };
+  const { status, body, retryAfter } = errorAnswer(code, message, details);
+  return retryAfter === undefined ? { status, body, points, reason: code } : { status, body, points, reason: code, retryAfter };
 }
 
 /** The answer to a request when the producer can take nothing now, whatever its body; null: read it. */
@@ -71,8 +67,8 @@ function refusedBeforeBody(limits: TrackLimits, sink: PointSink): TrackOutcome |
 }
 
 /** The 500 of a request the producer took nothing of, for this reason (built once, shared). */
-export function refusalAnswer(refusal: Refusal, limits: TrackLimits): TrackOutcome {
-  return brokerUnavailable(refusal, limits, 0);
+export function refusalAnswer(refusal: ProducerRefusal, limits: TrackLimits): TrackOutcome {
+  return producerRefused(refusal, limits, 0);
 }
 
 /** ticket: null in ACK_MODE=async; in delivered mode, the request's ticket for tryEnqueue. */
@@ -134,17 +130,27 @@ function enqueue(batch: EncodedPoints, limits: TrackLimits, sink: PointSink, tic
   if (refusal === 'message_too_large') {
     return refuse('payload_too_large', `a track point encodes to ${batch.largestValue} bytes, above the Kafka message size limit`, count);
   }
-  return brokerUnavailable(refusal, limits, count);
+  return producerRefused(refusal, limits, count);
 }
 
-/** ACK_MODE=delivered: the answer once some points of an accepted request were not acknowledged. */
+/**
+ * ACK_MODE=delivered: the answer to an accepted request whose points were not all acknowledged.
+ * delivery_failed only when librdkafka says that none of them was written (safe to resend);
+ * delivery_uncertain when some were written, or may have been (sent, no answer in time).
+ */
 export function deliveryFailed(ticket: DeliveryTicket, count: number): TrackOutcome {
-  const message = `${ticket.failed} of ${count} track points were not acknowledged by Kafka (${ticket.firstError}); resend the whole request`;
-  return { ...refuse('delivery_failed', message, count), retryAfter: RETRY_AFTER_S };
+  const written = count - ticket.failed;
+  if (written === 0 && ticket.uncertain === 0) {
+    const message = `none of the ${count} track points was written to Kafka (${ticket.firstError}); resend the whole request`;
+    return refuse('delivery_failed', message, count);
+  }
+  const maybe = ticket.uncertain === 0 ? '' : ` and ${ticket.uncertain} may have been (sent, no answer in time)`;
+  const message = `${ticket.failed} of ${count} track points were not acknowledged by Kafka (${ticket.firstError}); ${written} were written${maybe}: resending the whole request may duplicate them`;
+  return refuse('delivery_uncertain', message, count);
 }
 
 /** The 500 of each producer refusal for one set of limits: status, body and reason fixed, no points. */
-type RefusalAnswers = Readonly<Record<Refusal, TrackOutcome>>;
+type RefusalAnswers = Readonly<Record<ProducerRefusal, TrackOutcome>>;
 const refusalAnswersByLimits = new WeakMap<TrackLimits, RefusalAnswers>();
 
 /**
@@ -156,45 +162,20 @@ const refusalAnswersByLimits = new WeakMap<TrackLimits, RefusalAnswers>();
 function refusalAnswers(limits: TrackLimits): RefusalAnswers {
   let answers = refusalAnswersByLimits.get(limits);
   if (answers === undefined) {
-    const build = (refusal: Refusal): TrackOutcome => {
-      const { status, body } = errorAnswer('broker_unavailable', refusalMessage(refusal, limits));
+    const built: Partial<Record<ProducerRefusal, TrackOutcome>> = {};
+    for (const refusal of PRODUCER_REFUSALS) {
+      const { status, body, retryAfter } = errorAnswer(refusal, refusalMessage(refusal, limits));
       // Frozen: one object answers every request refused for this reason.
-      return Object.freeze({ status, body: Buffer.from(body, 'utf8'), points: 0, reason: 'broker_unavailable', retryAfter: RETRY_AFTER_S, refusal });
-    };
-    answers = {
-      connecting: build('connecting'),
-      fatal_error: build('fatal_error'),
-      topic_unknown: build('topic_unknown'),
-      broker_down: build('broker_down'),
-      broker_stalled: build('broker_stalled'),
-      queue_full: build('queue_full'),
-      produce_failed: build('produce_failed'),
-      shutting_down: build('shutting_down'),
-      spill_full: build('spill_full'),
-      message_too_large: build('message_too_large'),
-    };
+      built[refusal] = Object.freeze({ status, body: Buffer.from(body, 'utf8'), points: 0, reason: refusal, retryAfter, refusal });
+    }
+    answers = built as RefusalAnswers;
     refusalAnswersByLimits.set(limits, answers);
   }
   return answers;
 }
 
-/** 500 broker_unavailable: nothing of the request was taken; `points` are counted as refused. */
-function brokerUnavailable(refusal: Refusal, limits: TrackLimits, points: number): TrackOutcome {
+/** The 500 of a producer refusal: nothing of the request was taken; `points` are counted as refused. */
+function producerRefused(refusal: ProducerRefusal, limits: TrackLimits, points: number): TrackOutcome {
   const answer = refusalAnswers(limits)[refusal];
-  return points === 0 ? answer : { status: answer.status, body: answer.body, points, reason: answer.reason, retryAfter: answer.retryAfter, refusal };
-}
-
-function refusalMessage(refusal: Refusal, limits: TrackLimits): string {
-  switch (refusal) {
-    case 'connecting': return 'not connected to Kafka yet; nothing from this request was accepted';
-    case 'fatal_error': return 'the Kafka producer of this worker hit a fatal error; nothing from this request was accepted';
-    case 'topic_unknown': return `topic ${limits.topic} does not exist or has no leader; nothing from this request was accepted`;
-    case 'broker_down': return `no Kafka broker reachable for more than ${limits.brokerDownGraceMs} ms; nothing from this request was accepted`;
-    case 'broker_stalled': return `a Kafka broker has answered nothing for more than ${limits.brokerDownGraceMs} ms while requests wait; nothing from this request was accepted`;
-    case 'queue_full': return 'the producer queue is full (Kafka is slower than the incoming points); nothing from this request was accepted';
-    case 'produce_failed': return 'the Kafka producer refused the points; resend the whole request';
-    case 'shutting_down': return 'this worker is shutting down; nothing from this request was accepted';
-    case 'spill_full': return 'the spill journal for points Kafka could not take is full or cannot be written (SPILL_MAX_BYTES); nothing from this request was accepted';
-    case 'message_too_large': return 'a track point is larger than the Kafka message size limit';
-  }
+  return points === 0 ? answer : { ...answer, points };
 }

@@ -13,7 +13,7 @@
 // error or shutdown refuse at once, and end every wait.
 //
 // Bodies waiting are copies (uWS reuses its buffers), at most QUEUE_FULL_WAIT_MAX_BYTES of them.
-import type { Refusal } from '../kafka/producer.js';
+import type { ProducerRefusal } from '../errors.js';
 
 /** How often the queue is looked at while requests wait: statistics come every 100 ms. */
 const POLL_MS = 5;
@@ -23,7 +23,7 @@ export interface Waiter {
   readonly since: number;
   readonly bytes: number;
   /** Called once: null when the request may go on now, else why it is refused. */
-  release(refusal: Refusal | null): void;
+  release(refusal: ProducerRefusal | null): void;
 }
 
 export class WaitingRoom {
@@ -35,7 +35,7 @@ export class WaitingRoom {
 
   constructor(
     /** The producer's admission: why nothing could be taken now, or null. */
-    private readonly admission: () => Refusal | null,
+    private readonly admission: () => ProducerRefusal | null,
     private readonly waitMs: number,
     private readonly maxBytes: number,
   ) {}
@@ -49,7 +49,7 @@ export class WaitingRoom {
    * Whether a request that admission refused for `refusal` waits instead (its body is read first).
    * With others waiting, a request that admission would take waits too, behind them.
    */
-  mayWait(refusal: Refusal | null): boolean {
+  mayWait(refusal: ProducerRefusal | null): boolean {
     if (refusal === null) return this.waiters.length > 0;
     return refusal === 'queue_full' && this.waitMs > 0 && this.bytes < this.maxBytes;
   }

@@ -5,13 +5,16 @@
 //
 //   connecting ──connected──▶ accepting ◀──────────────┐
 //        │                    │  │  │                   │ statistics: a broker UP / a metadata answer
-//        │     topic missing ─┘  │  └─ all brokers down ─▶ (grace) ─▶ broker_down
+//        │     topic missing ─┘  │  └─ all brokers down ─▶ (grace) ─▶ broker_unavailable
 //        │     ▶ topic_unknown   │
 //        │                       └─ a broker silent, nobody answering ─▶ (grace) ─▶ broker_stalled
-//   any state ──fatal error──▶ fatal_error      any state ──stop──▶ shutting_down
+//   any state ──fatal error──▶ producer_failed      any state ──stop──▶ shutting_down
+//
+// Each refusal is a code of the error catalogue (errors.ts); connecting counts as broker_unavailable.
+import type { ProducerRefusal } from '../errors.js';
 import { BrokerSilence, type BrokerStatsSample, type SilentBroker } from './broker-silence.js';
 
-export type BrokerRefusal = 'connecting' | 'fatal_error' | 'topic_unknown' | 'broker_down' | 'broker_stalled' | 'shutting_down';
+export type BrokerRefusal = Extract<ProducerRefusal, 'broker_unavailable' | 'broker_stalled' | 'topic_unknown' | 'producer_failed' | 'shutting_down'>;
 
 /** How a statistics snapshot changed the stall: a broker now stalls the producer, or the stall ended. */
 export type StallChange = { stalled: SilentBroker } | { answering: SilentBroker } | null;
@@ -122,9 +125,9 @@ export class BrokerState {
   /** Why points are refused because of Kafka, or null when they are taken. */
   refusal(): BrokerRefusal | null {
     if (this.stopping) return 'shutting_down';
-    if (this.fatal) return 'fatal_error';
-    if (!this.connected) return 'connecting';
-    if (this.downSince !== null && this.clock() - this.downSince >= this.opts.graceMs) return 'broker_down';
+    if (this.fatal) return 'producer_failed';
+    if (!this.connected) return 'broker_unavailable';
+    if (this.downSince !== null && this.clock() - this.downSince >= this.opts.graceMs) return 'broker_unavailable';
     if (this.stalledBy !== null) return 'broker_stalled';
     if (!this.topicReady) return 'topic_unknown';
     return null;

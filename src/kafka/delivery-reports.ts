@@ -11,17 +11,101 @@ import type { SpillJournal } from './spill-journal.js';
 
 /**
  * ACK_MODE=delivered: one per request. The reports count its points down and call settle() once,
- * when the last one reported; `failed` says how many were not acknowledged.
+ * when the last one reported, or when the deadline passed first (TicketDeadlines); `failed` says how
+ * many were not acknowledged, `uncertain` how many of those may have been written all the same.
  */
 export interface DeliveryTicket {
   remaining: number;
   failed: number;
+  /**
+   * Failed points that librdkafka reports as possibly persisted (sent, no answer: a broker that fell
+   * silent), and points without any report when the deadline passed.
+   */
+  uncertain: number;
   /** librdkafka's message for the first failure, e.g. "Local: Message timed out". */
   firstError: string;
   /** performance.now() when its points were handed to librdkafka (set by tryEnqueue). */
   enqueuedAt: number;
+  /** Answered: reports arriving after this (past the deadline) change nothing. */
+  settled: boolean;
   settle(ticket: DeliveryTicket): void;
 }
+
+/** A new ticket that calls settle once, with nothing counted yet. */
+export function newTicket(settle: (ticket: DeliveryTicket) => void): DeliveryTicket {
+  return { remaining: 0, failed: 0, uncertain: 0, firstError: '', enqueuedAt: 0, settled: false, settle };
+}
+
+/** librdkafka's rd_kafka_msg_status_t, as the patched node-rdkafka puts it in each report (`status`). */
+export const MSG_STATUS = { NOT_PERSISTED: 0, POSSIBLY_PERSISTED: 1, PERSISTED: 2 } as const;
+
+function settleOnce(ticket: DeliveryTicket): void {
+  if (ticket.settled) return;
+  ticket.settled = true;
+  ticket.settle(ticket);
+}
+
+/**
+ * ACK_MODE=delivered: answers every request within DELIVERY_TIMEOUT_MS plus a margin, whatever the
+ * broker does. librdkafka fails a message that is not acknowledged within message.timeout.ms (set to
+ * DELIVERY_TIMEOUT_MS) itself, but it looks for such messages once a second, so its report comes up to
+ * about a second late; this guard answers a request whose reports have not all come by
+ * DELIVERY_TIMEOUT_MS + DEADLINE_MARGIN_MS, counting the missing ones as uncertain. Tickets are kept
+ * in the order they were handed over, and all share one timeout, so only the oldest need looking at.
+ */
+export class TicketDeadlines {
+  private readonly tickets: DeliveryTicket[] = [];
+  private head = 0;
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly timeoutMs: number,
+    private readonly marginMs = DEADLINE_MARGIN_MS,
+    private readonly now: () => number = () => performance.now(),
+  ) {}
+
+  /** A ticket whose points were just handed to librdkafka (its enqueuedAt set). */
+  watch(ticket: DeliveryTicket): void {
+    this.tickets.push(ticket);
+    this.timer ??= setInterval(() => this.sweep(), DEADLINE_SWEEP_MS).unref();
+  }
+
+  /** Settles every ticket past its deadline; forgets those settled. */
+  sweep(): void {
+    const limit = this.now() - this.timeoutMs - this.marginMs;
+    const tickets = this.tickets;
+    let head = this.head;
+    for (; head < tickets.length; head++) {
+      const ticket = tickets[head]!;
+      if (ticket.settled) continue;
+      if (ticket.enqueuedAt > limit) break;
+      // No report came for these points in time: Kafka may have them, or may still get them.
+      ticket.failed += ticket.remaining;
+      ticket.uncertain += ticket.remaining;
+      if (ticket.firstError === '') ticket.firstError = `no delivery report within DELIVERY_TIMEOUT_MS + ${this.marginMs} ms`;
+      settleOnce(ticket);
+    }
+    if (head === tickets.length) {
+      tickets.length = 0;
+      head = 0;
+      if (this.timer !== null) clearInterval(this.timer);
+      this.timer = null;
+    } else if (head > 1024) {
+      tickets.splice(0, head);
+      head = 0;
+    }
+    this.head = head;
+  }
+
+  /** Tickets watched and not yet forgotten (settled ones are forgotten by the next sweep). */
+  get size(): number {
+    return this.tickets.length - this.head;
+  }
+}
+
+/** How late after DELIVERY_TIMEOUT_MS a request is answered at the latest (see TicketDeadlines). */
+export const DEADLINE_MARGIN_MS = 2_000;
+const DEADLINE_SWEEP_MS = 100;
 
 export class DeliveryReports {
   /** Accepted points whose delivery failed (timed out, fatal error): each was reported and logged. */
@@ -47,10 +131,11 @@ export class DeliveryReports {
       this.failed++;
       this.metrics.deliveryErrors.labels(code).inc();
       if (ticket !== undefined) {
-        // The client hears 500 and resends: not spilled, or it would arrive twice.
+        // The client hears 500: not spilled, or a resend would make it arrive twice.
         // node-rdkafka's delivery errors carry librdkafka's message but not always its code.
         if (ticket.failed++ === 0) ticket.firstError = err.message;
-        this.failures.report({ code, message: err.message, partition: report.partition, answered: 500 });
+        if (report.status !== MSG_STATUS.NOT_PERSISTED) ticket.uncertain++;
+        this.failures.report({ code, message: err.message, partition: report.partition, status: report.status, answered: 500 });
       } else {
         this.failures.report({ code, message: err.message, partition: report.partition, spilled: this.spill(report) });
       }
@@ -61,7 +146,7 @@ export class DeliveryReports {
       return;
     }
     if (!err) this.metrics.deliveryLatency.observe((performance.now() - ticket.enqueuedAt) / 1000);
-    if (--ticket.remaining === 0) ticket.settle(ticket);
+    if (--ticket.remaining === 0) settleOnce(ticket);
   }
 
   /** The journal lost a batch it could not write (the disk refused). */

@@ -27,23 +27,29 @@
 // statistics to Prometheus), delivery-reports.ts (reports, tickets, spilling).
 import Kafka from 'node-rdkafka';
 import type { Config } from '../config.js';
+import type { ProducerRefusal } from '../errors.js';
 import { Throttled, type Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics.js';
 import type { EncodedPoints } from '../track-point/encode.js';
 import { BrokerLink, POLL_INTERVAL_MS } from './broker-link.js';
-import { BrokerState, silenceReason, type BrokerRefusal } from './broker-state.js';
-import { codeName, DeliveryReports, type DeliveryTicket } from './delivery-reports.js';
+import { BrokerState, silenceReason } from './broker-state.js';
+import { codeName, DeliveryReports, TicketDeadlines, type DeliveryTicket } from './delivery-reports.js';
 import { QueueAccounting } from './queue-accounting.js';
 import { messageMaxBytes, type ProducerSettings } from './settings.js';
 import type { SpillJournal } from './spill-journal.js';
 import { SPILL_RECORD_OVERHEAD_BYTES, spillReserveBytes } from '../spill-record.js';
 import { realBrokers, statisticsTakenAt, StatisticsExporter, topicLeaders, type Statistics } from './statistics.js';
 
-/** Why tryEnqueue or admission refused: the broker state's reasons, and the queue's. */
-export type Refusal = BrokerRefusal | 'queue_full' | 'message_too_large' | 'produce_failed' | 'spill_full';
+/**
+ * Why tryEnqueue or admission refused: a code of the error catalogue (the broker state's, the queue's,
+ * the journal's), or a point too large for a Kafka message (413).
+ */
+export type Refusal = ProducerRefusal | 'message_too_large';
 
 /** syslog levels, as librdkafka's log events use them. */
+const LOG_ERR = 3;
 const LOG_WARNING = 4;
+const LOG_INFO = 6;
 
 export class TrackProducer {
   private readonly producer: Kafka.Producer;
@@ -55,16 +61,19 @@ export class TrackProducer {
   private readonly spillMustKeep: boolean;
   private readonly state: BrokerState;
   private readonly reports: DeliveryReports;
+  /** ACK_MODE=delivered: every request answered within DELIVERY_TIMEOUT_MS plus a margin. */
+  private readonly deadlines: TicketDeadlines;
   private readonly statistics: StatisticsExporter;
   private readonly link: BrokerLink;
 
   /** The answer tryEnqueue gives before looking at the queue; recomputed on every state change. */
-  private refusal: Refusal | null = 'connecting';
+  private refusal: ProducerRefusal | null = 'broker_unavailable';
   private readonly queue = new QueueAccounting();
   /** Called once on a fatal producer error: the worker ends so that a fresh one replaces it. */
   onFatal: (() => void) | null = null;
   private readonly brokerErrors: Throttled;
-  private readonly clientLog: Throttled;
+  private readonly clientErrors: Throttled;
+  private readonly clientWarnings: Throttled;
   private readonly acceptingWaiters = new Set<() => void>();
 
   constructor(
@@ -83,6 +92,7 @@ export class TrackProducer {
     this.messageMaxBytes = messageMaxBytes(settings);
     this.state = new BrokerState({ brokers: config.brokers, topic: config.topic, graceMs: config.brokerDownGraceMs });
     this.reports = new DeliveryReports(journal, metrics, log);
+    this.deadlines = new TicketDeadlines(config.deliveryTimeoutMs);
     this.statistics = new StatisticsExporter(metrics, config.topic);
     // Throws on an unknown or invalid property: the worker reports it as a configuration error.
     this.producer = new Kafka.Producer(settings.global, settings.topic);
@@ -92,18 +102,17 @@ export class TrackProducer {
     this.link = new BrokerLink(this.producer, this.state, { brokers: config.brokers, topic: config.topic, log, changed: () => this.updateRefusal() });
     this.brokerErrors = new Throttled(log, 'warn', 'kafka client error');
     // node-rdkafka's error events carry only the code's name ("ssl error"); librdkafka says why in its
-    // log ("SSL handshake failed: ... certificate verify failed"), warnings and worse passed on here.
-    this.clientLog = new Throttled(log, 'warn', 'librdkafka');
+    // log ("SSL handshake failed: ... certificate verify failed"), passed on here at its level.
+    this.clientErrors = new Throttled(log, 'error', 'librdkafka');
+    this.clientWarnings = new Throttled(log, 'warn', 'librdkafka');
     metrics.setQueueSource(() => ({ points: this.queuedPoints, bytes: this.queuedBytes }));
     this.producer.on('delivery-report', (err, report) => this.reports.onReport(err, report));
     this.producer.on('event.error', (err) => this.onError(err));
     this.producer.on('event.stats', (event: { message: string }) => this.onStats(JSON.parse(event.message) as Statistics));
-    this.producer.on('event.log', (event: { severity: number; fac: string; message: string }) => {
-      if (event.severity <= LOG_WARNING) this.clientLog.report({ severity: event.severity, fac: event.fac, message: event.message });
-    });
+    this.producer.on('event.log', (event: { severity: number; fac: string; message: string }) => this.onClientLog(event));
   }
 
-  /** Connects in the background and keeps retrying; until then tryEnqueue refuses with 'connecting'. */
+  /** Connects in the background and keeps retrying; until then tryEnqueue refuses with 'broker_unavailable'. */
   start(): void {
     this.link.connect();
   }
@@ -168,10 +177,10 @@ export class TrackProducer {
    * worker's requests were parsed, validated and encoded, then refused). No side effect: the waiting
    * room (http/waiting-room.ts) asks it every few milliseconds.
    */
-  admission(): Refusal | null {
+  admission(): ProducerRefusal | null {
     if (this.refusal !== null) return this.refusal;
     if (this.queue.full || this.queuedPoints >= this.maxPoints || this.queuedBytes >= this.maxBytes) return 'queue_full';
-    if (this.spillMustKeep && !this.spillHasRoomFor(0, 0)) return 'spill_full';
+    if (this.spillMustKeep && !this.spillHasRoomFor(0, 0)) return 'journal_full';
     return null;
   }
 
@@ -213,7 +222,7 @@ export class TrackProducer {
       return 'queue_full';
     }
     if (batch.largestValue > this.messageMaxBytes) return 'message_too_large';
-    if (this.spillMustKeep && !this.spillHasRoomFor(count, batch.bytes)) return 'spill_full';
+    if (this.spillMustKeep && !this.spillHasRoomFor(count, batch.bytes)) return 'journal_full';
 
     // produceBatch stamps every message with the time of this call, the time of acceptance, not the
     // device clock (README, "The Kafka messages"): a device clock hours ahead would make the broker
@@ -225,6 +234,7 @@ export class TrackProducer {
         ticket.remaining = count;
         ticket.enqueuedAt = performance.now();
         this.producer.produceBatch(this.topic, batch.data, batch.messages, ticket);
+        this.deadlines.watch(ticket);
       }
     } catch (err) {
       // Only the points already queued will report: the request is answered 500 now, not by settle().
@@ -237,7 +247,7 @@ export class TrackProducer {
       } else {
         this.brokerErrors.report({ err });
       }
-      return 'produce_failed';
+      return 'producer_failed';
     }
     this.queue.added(count, batch.bytes);
     return null;
@@ -290,6 +300,20 @@ export class TrackProducer {
       this.link.followBrokerReachability();
     }
     this.brokerErrors.report({ code: codeName(err.code), message: err.message });
+  }
+
+  /**
+   * librdkafka's log, at its own level. Errors and warnings that repeat (a broker that stays down)
+   * are folded, once per 10 s with a count; a configuration warning (CONFWARN: a property that
+   * librdkafka ignores) is logged whole, each one.
+   */
+  private onClientLog(event: { severity: number; fac: string; message: string }): void {
+    const fields = { severity: event.severity, fac: event.fac, message: event.message };
+    if (event.fac === 'CONFWARN') this.log.warn(fields, 'librdkafka configuration warning');
+    else if (event.severity <= LOG_ERR) this.clientErrors.report(fields);
+    else if (event.severity <= LOG_WARNING) this.clientWarnings.report(fields);
+    else if (event.severity <= LOG_INFO) this.log.info(fields, 'librdkafka');
+    else this.log.debug(fields, 'librdkafka');
   }
 
   private onStats(stats: Statistics): void {

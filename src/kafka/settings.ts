@@ -1,7 +1,15 @@
 // The librdkafka settings of the producer: what the contract fixes (batching, idempotence, acks=all,
-// the Java client's partitioner), the queue limits sized from our own, and MQ_OPT_* on top.
-import type Kafka from 'node-rdkafka';
-import type { Config } from '../config.js';
+// the Java client's partitioner), the queue limits sized from our own, and MQ_OPT_* on top; each
+// property put where librdkafka reads it.
+//
+// Why the scope matters: librdkafka has global properties and topic-level ones (message.timeout.ms,
+// request.timeout.ms, acks, partitioner, compression...). A topic-level property set on the global
+// configuration goes to its default topic configuration, and node-rdkafka replaces that with the
+// topic configuration it is given: every topic-level property set globally was dropped, silently
+// (librdkafka logs a CONFWARN about it at start-up, as a warning). So each property is offered to a
+// topic configuration first, and goes to the global one only if librdkafka does not know it there.
+import Kafka from 'node-rdkafka';
+import { ConfigError, type Config, PRODUCER_OPTION_PREFIX } from '../config.js';
 import { CONTAINER_ID_MAX_LENGTH } from '../track-point/schema.js';
 
 /** Statistics drive the queue accounting, readiness and the Kafka metrics: 10 a second. */
@@ -14,23 +22,48 @@ export interface ProducerSettings {
   topic: Kafka.ProducerTopicConfig;
 }
 
-/** The librdkafka properties the contract fixes. MQ_OPT_* may override any of them, at the operator's risk. */
+type Properties = Record<string, string | number | boolean>;
+
+/**
+ * The producer's properties, split by scope. MQ_OPT_* may override any of ours, at the operator's
+ * risk. Throws ConfigError naming the MQ_OPT_* variable (or, for ours, the variable it comes from)
+ * when librdkafka does not know a property or refuses its value.
+ */
 export function producerSettings(config: Config, clientId: string): ProducerSettings {
+  const ours = serviceProperties(config, clientId);
+  const global: Properties = {};
+  const topic: Properties = {};
+  const place = (name: string, value: string | number | boolean, variable: string) => {
+    const scope = scopeOf(name, value, variable);
+    // A property given in one scope by us and in the other by MQ_OPT_* cannot happen: librdkafka
+    // decides the scope, by name.
+    (scope === 'topic' ? topic : global)[name] = value;
+  };
+  for (const [name, value] of Object.entries(ours)) place(name, value, variableOf(name));
+  for (const [name, value] of Object.entries(config.producerOptions)) place(name, value, optionVariable(name));
+  return { global: global as Kafka.ProducerGlobalConfig, topic: topic as Kafka.ProducerTopicConfig };
+}
+
+/** The properties the service sets itself (node-rdkafka's own dr_cb / dr_msg_cb among them). */
+function serviceProperties(config: Config, clientId: string): Properties {
   // librdkafka's own queue limits sit well above our high-water mark, so that produceBatch() never
-  // meets QUEUE_FULL for a request we have admitted: our estimate of the queue lags librdkafka's by
-  // what was acknowledged since its last statistics, so it errs high (queue-accounting.ts); the
-  // headroom, half the high-water mark plus one maximal request, is a margin should it ever err low.
-  // Its byte count includes keys.
+  // meets QUEUE_FULL for a request we have admitted: our estimate of the queue may exceed
+  // librdkafka's by what was acknowledged since its last statistics, never fall short of it
+  // (queue-accounting.ts); the headroom, half the high-water mark plus one maximal request, is a
+  // margin should it ever fall short. Its byte count includes keys.
   const maxKeyBytes = CONTAINER_ID_MAX_LENGTH * 3;
   const librdMessages = Math.ceil(config.queueMaxPoints * 1.5) + config.maxPoints;
   const librdKbytes = Math.ceil((config.queueMaxBytes * 1.5 + 4 * config.maxBodyBytes + librdMessages * maxKeyBytes) / 1024);
-  const global: Kafka.ProducerGlobalConfig = {
+  return {
     'metadata.broker.list': config.brokers,
     'client.id': clientId,
     'linger.ms': 10,
     'batch.num.messages': 100,
     // Idempotence implies acks=all, max.in.flight<=5 and retries without duplicates or reordering.
     'enable.idempotence': true,
+    acks: -1, // "all", topic-level
+    // The Java client's default, so other producers of the same keys land on the same partitions.
+    partitioner: 'murmur2_random',
     'queue.buffering.max.messages': Math.min(librdMessages, 2_147_483_647),
     'queue.buffering.max.kbytes': Math.min(librdKbytes, 2_147_483_647),
     'statistics.interval.ms': STATS_INTERVAL_MS,
@@ -44,17 +77,47 @@ export function producerSettings(config: Config, clientId: string): ProducerSett
       ? // Reports only for failed messages (producer.ts says why), with the message to spill;
         // for every message when DELIVERY_LATENCY_HISTOGRAM=1 asks for the latency of each.
         { dr_msg_cb: true, 'delivery.report.only.error': !config.deliveryLatencyHistogram }
-      : // A report per message; a request waits for Kafka at most DELIVERY_TIMEOUT_MS.
+      : // A report per message; a request waits for Kafka at most DELIVERY_TIMEOUT_MS (topic-level).
         { dr_cb: true, 'delivery.report.only.error': false, 'message.timeout.ms': config.deliveryTimeoutMs }),
-    // librdkafka accepts topic-level properties here too and applies them to every topic.
-    ...(config.producerOptions as Kafka.ProducerGlobalConfig),
   };
-  const topic: Kafka.ProducerTopicConfig = {
-    acks: -1, // "all"
-    // The Java client's default, so other producers of the same keys land on the same partitions.
-    partitioner: 'murmur2_random',
-  };
-  return { global, topic };
+}
+
+/** The variable an operator sets to change one of the service's own properties. */
+function variableOf(name: string): string {
+  if (name === 'message.timeout.ms') return 'DELIVERY_TIMEOUT_MS';
+  if (name === 'metadata.broker.list') return 'MQ_BROKERS';
+  return optionVariable(name);
+}
+
+/** The MQ_OPT_* variable of a librdkafka property: the inverse of config.ts's producerOptionsFrom. */
+export function optionVariable(name: string): string {
+  return PRODUCER_OPTION_PREFIX + name.split('_').map((part) => part.replace(/\./g, '_')).join('__').toUpperCase();
+}
+
+const UNKNOWN_PROPERTY = /^No such configuration property/;
+
+/**
+ * Where librdkafka reads a property, asked of librdkafka itself: a topic configuration that takes it
+ * makes it topic-level. node-rdkafka builds its configurations in the Producer's constructor and
+ * starts no client until connect(), so these are configuration objects only.
+ */
+function scopeOf(name: string, value: string | number | boolean, variable: string): 'global' | 'topic' {
+  const asTopic = refusal(() => new Kafka.Producer({}, { [name]: value } as Kafka.ProducerTopicConfig));
+  if (asTopic === null) return 'topic';
+  if (!UNKNOWN_PROPERTY.test(asTopic)) throw new ConfigError(variable, `librdkafka refuses ${name}=${String(value)}: ${asTopic}`);
+  const asGlobal = refusal(() => new Kafka.Producer({ [name]: value } as Kafka.ProducerGlobalConfig, {}));
+  if (asGlobal === null) return 'global';
+  if (UNKNOWN_PROPERTY.test(asGlobal)) throw new ConfigError(variable, `librdkafka has no producer property ${name}`);
+  throw new ConfigError(variable, `librdkafka refuses ${name}=${String(value)}: ${asGlobal}`);
+}
+
+function refusal(make: () => unknown): string | null {
+  try {
+    make();
+    return null;
+  } catch (err) {
+    return err instanceof Error ? err.message : String(err);
+  }
 }
 
 /** The largest message librdkafka takes with these settings. */

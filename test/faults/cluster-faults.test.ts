@@ -108,7 +108,7 @@ describe('on a 3-broker cluster under load', () => {
     const restarts = (await metric(svc.url, 'ingest_worker_restarts_total')) ?? 0;
     const a = await readBack(topic, load, load.accepted);
     // Why a request got 500, if one did: the producer queue at its limit (counted here) or a state change (printed below).
-    const queueFull = (await metric(svc.url, 'ingest_producer_queue_full_total')) ?? 0;
+    const queueFull = (await metric(svc.url, 'ingest_requests_rejected_total{reason="queue_full"}')) ?? 0;
     record(`kill -9 the leader of partition 0 (node ${leader}) for 8 s, then restart it`, a, `(worker restarts ${restarts}; requests refused as queue_full ${queueFull}; connection errors ${JSON.stringify(load.errorCodes)})`);
     if (restarts > 0) console.log(svc.output.filter((l) => /"level":[56]0/.test(l)).join('\n'));
     console.log(producerStateLines(svc.output));

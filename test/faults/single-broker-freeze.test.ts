@@ -155,7 +155,7 @@ describe('the single broker frozen (SIGSTOP) under load', () => {
     expect(everyWorkerMs, `each worker's stall line; ${explain(svc)}`).toBeGreaterThan(GRACE_MS - 500);
     expect(everyWorkerMs).toBeLessThanOrEqual(GRACE_MS + NOTICE_ALLOWANCE_MS);
     expect(reason).toMatch(/broker 127\.0\.0\.1:9092\/1 has answered nothing for \d+\.\d s \(\d+ requests waiting\)/);
-    expect(refusal).toMatchObject({ status: 500, retryAfter: '1', body: { error: 'broker_unavailable' } });
+    expect(refusal).toMatchObject({ status: 500, retryAfter: '1', body: { error: 'broker_stalled' } });
     expect(String(refusal?.body.message)).toMatch(/answered nothing/);
     expect(recoveredMs).toBeLessThanOrEqual(2_000);
     expect(afterThaw.filter((r) => r.status !== 202), `refused after the thaw; ${explain(svc)}`).toEqual([]);

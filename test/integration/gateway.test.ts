@@ -251,7 +251,7 @@ describe('while the service or the broker is away', () => {
 
       await noBroker.stop('SIGKILL');
       const r = await send(gw.url, req);
-      expect([r.status, r.retryAfter, r.body]).toEqual([502, '1', { error: 'service_unavailable', message: 'the ingestion service cannot be reached; retry' }]);
+      expect([r.status, r.retryAfter, r.body]).toEqual([502, '1', { error: 'service_unreachable', message: 'the ingestion service cannot be reached; retry' }]);
     } finally {
       await gw.stop();
       await noBroker.stop();

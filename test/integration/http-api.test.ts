@@ -222,12 +222,13 @@ describe('other methods and paths', () => {
 });
 
 describe('when the producer cannot take the points', () => {
-  it('500 broker_unavailable with Retry-After when the topic does not exist', async () => {
+  it('500 topic_unknown with Retry-After when the topic does not exist', async () => {
     const other = await startService({ MQ_TOPIC: uniqueTopic('missing') }, { waitFor: 'healthy' });
     try {
       expect((await fetch(`${other.url}/readyz`)).status).toBe(503);
       const r = await postTrack(other.url, [point('x')]);
-      expect([r.status, r.json.error, r.headers.get('retry-after')]).toEqual([500, 'broker_unavailable', '1']);
+      expect([r.status, r.json.error, r.headers.get('retry-after')]).toEqual([500, 'topic_unknown', '1']);
+      expect(await metric(other.url, 'ingest_requests_rejected_total{reason="topic_unknown"}')).toBe(1);
     } finally {
       await other.stop();
     }
@@ -277,10 +278,11 @@ describe('when the producer cannot take the points', () => {
       // The queue depth is librdkafka's count, refreshed every 100 ms: let it see the first request.
       await new Promise((r) => setTimeout(r, 300));
       const second = await postTrack(other.url, batch);
-      expect([second.status, second.json.error, second.headers.get('retry-after')]).toEqual([500, 'broker_unavailable', '1']);
+      expect([second.status, second.json.error, second.headers.get('retry-after')]).toEqual([500, 'queue_full', '1']);
       expect(String(second.json.message)).toContain('queue is full');
       const metrics = await (await fetch(`${other.url}/metrics`)).text();
-      expect(metrics).toMatch(/^ingest_producer_queue_full_total 1$/m);
+      expect(metrics).toMatch(/^ingest_requests_rejected_total\{reason="queue_full"\} 1$/m);
+      expect(metrics).toMatch(/^ingest_requests_rejected_total\{reason="broker_unavailable"\} 0$/m);
     } finally {
       expect(await other.stop()).toBe(0);
     }
@@ -298,7 +300,7 @@ describe('when the producer cannot take the points', () => {
       const [second, third] = await waiting;
       expect([second.status, second.json, third.status, third.json]).toEqual([202, { accepted: 10 }, 202, { accepted: 10 }]);
       expect(Date.now() - sent).toBeGreaterThanOrEqual(400);
-      expect(await metric(other.url, 'ingest_producer_queue_full_total')).toBe(0);
+      expect(await metric(other.url, 'ingest_requests_rejected_total{reason="queue_full"}')).toBe(0);
       await until('all 30 points acknowledged', async () => (await metric(other.url, 'ingest_messages_delivered_total')) === 30, 10_000);
     } finally {
       expect(await other.stop()).toBe(0);
@@ -313,12 +315,12 @@ describe('when the producer cannot take the points', () => {
       await new Promise((r) => setTimeout(r, 300));
       // 10 queued of 15: this request passes the check on its headers, is read, and does not fit.
       const second = await postTrack(other.url, tenPoints('s'));
-      expect([second.status, second.json.error]).toEqual([500, 'broker_unavailable']);
+      expect([second.status, second.json.error]).toEqual([500, 'queue_full']);
       // Statistics (every 100 ms) that show the same depth do not clear it: Kafka took nothing yet.
       await new Promise((r) => setTimeout(r, 250));
       // The next is refused from its headers: a body that is not even JSON gets the same 500, not a 400.
       const third = await postTrack(other.url, 'not json');
-      expect([third.status, third.json.error, third.headers.get('retry-after')]).toEqual([500, 'broker_unavailable', '1']);
+      expect([third.status, third.json.error, third.headers.get('retry-after')]).toEqual([500, 'queue_full', '1']);
       expect(String(third.json.message)).toContain('queue is full');
       // Once the linger ends and Kafka acknowledges the first 10, the statistics say so: points are taken again.
       await until('a request taken again', async () => (await postTrack(other.url, tenPoints('t'))).status === 202, 10_000);

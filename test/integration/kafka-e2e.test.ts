@@ -112,3 +112,24 @@ describe('messages in Kafka', () => {
     }
   });
 });
+
+// Topic-level librdkafka properties (partitioner, acks, message.timeout.ms...) given on the global
+// configuration were dropped: node-rdkafka replaces the default topic configuration. Each property
+// now goes where librdkafka reads it (src/kafka/settings.ts); a partitioner is one whose effect shows.
+describe('a topic-level librdkafka property given through MQ_OPT_*', () => {
+  const randomTopic = fileTopic('e2e-random', PARTITIONS);
+
+  it('takes effect: MQ_OPT_PARTITIONER=random spreads one container over the partitions', async () => {
+    const random = await startService({ MQ_TOPIC: randomTopic, MQ_OPT_PARTITIONER: 'random' });
+    try {
+      for (let i = 0; i < 30; i++) expect((await postTrack(random.url, [point('one-container', { speed: i })])).status).toBe(202);
+    } finally {
+      expect(await random.stop()).toBe(0);
+    }
+    const spread = await consumeAll(randomTopic, { expected: 30, partitions: PARTITIONS });
+    expect(spread).toHaveLength(30);
+    // murmur2_random (the default) puts one key on one partition; random, 30 times over 6, on several
+    // (all on one: a chance of 6 in 6^30).
+    expect(new Set(spread.map((m) => m.partition)).size).toBeGreaterThan(1);
+  });
+});

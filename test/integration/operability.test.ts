@@ -54,7 +54,7 @@ describe('GET /metrics with WORKERS=2', () => {
       'ingest_request_points',
       'ingest_producer_queue_points',
       'ingest_producer_queue_bytes',
-      'ingest_producer_queue_full_total',
+      'ingest_requests_rejected_total',
       'ingest_requests_waiting_for_room',
       'ingest_messages_delivered_total',
       'ingest_delivery_errors_total',

@@ -174,7 +174,7 @@ describe('ACK_MODE=delivered', () => {
       const res = await postTrack(svc.url, Array.from({ length: 10 }, (_, i) => point(`REFUSED-${i}`)));
       expect(res.status).toBe(500);
       expect(res.json.error).toBe('delivery_failed');
-      expect(res.json.message).toMatch(/^10 of 10 track points were not acknowledged by Kafka \(message size too large\); resend the whole request$/);
+      expect(res.json.message).toMatch(/^none of the 10 track points was written to Kafka \(message size too large\); resend the whole request$/);
       expect(res.headers.get('retry-after')).toBe('1');
       expect(await metric(svc.url, 'ingest_points_spilled_total')).toBe(0);
     } finally {

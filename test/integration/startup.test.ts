@@ -27,11 +27,34 @@ describe('start-up', () => {
     expect(output).toContain(`configuration error: ${variable}: `);
   });
 
-  it('exits 2 on an unknown librdkafka property given through MQ_OPT_*', async () => {
-    const { code, output } = await exitOf({ MQ_OPT_NO_SUCH_PROPERTY: '1' });
+  it.each([
+    ['MQ_OPT_NO_SUCH_PROPERTY', '1', 'librdkafka has no producer property no.such.property'],
+    // Topic-level (message.timeout.ms) and global (linger.ms): each refused value named, whatever its scope.
+    ['MQ_OPT_MESSAGE_TIMEOUT_MS', 'soon', 'librdkafka refuses message.timeout.ms=soon: Invalid value'],
+    ['MQ_OPT_LINGER_MS', 'later', 'librdkafka refuses linger.ms=later: Invalid value'],
+  ])('exits 2 naming %s=%s when librdkafka does not take it', async (variable, value, why) => {
+    const { code, output } = await exitOf({ [variable]: value });
     expect(code).toBe(2);
-    expect(output).toContain('invalid Kafka producer setting');
-    expect(output).toContain('no.such.property');
+    expect(output).toContain(`configuration error: ${variable}: ${why}`);
+  });
+
+  it('starts without a librdkafka configuration warning, and logs one whole when a setting is not applied as given', async () => {
+    // Delivered mode sets message.timeout.ms (topic-level) itself; MQ_OPT_* give one of each scope.
+    const quiet = await startService({ ACK_MODE: 'delivered', MQ_OPT_REQUEST_TIMEOUT_MS: '20000', MQ_OPT_COMPRESSION_TYPE: 'lz4', MQ_OPT_LINGER_MS: '5' });
+    // librdkafka logs its configuration warnings when the client is created; they reach JavaScript
+    // with the next events (statistics, every 100 ms).
+    await new Promise((r) => setTimeout(r, 500));
+    expect(await quiet.stop()).toBe(0);
+    expect(quiet.output.filter((l) => l.includes('CONFWARN'))).toEqual([]);
+
+    // retry.backoff.ms above retry.backoff.max.ms: librdkafka applies the maximum, and says so.
+    const warned = await startService({ MQ_OPT_RETRY_BACKOFF_MS: '5000', MQ_OPT_RETRY_BACKOFF_MAX_MS: '1000' });
+    await new Promise((r) => setTimeout(r, 500));
+    expect(await warned.stop()).toBe(0);
+    const lines = warned.output.filter((l) => l.includes('CONFWARN')).map((l) => JSON.parse(l) as { level: number; msg: string; message: string });
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatchObject({ level: 40, msg: 'librdkafka configuration warning' });
+    expect(lines[0]!.message).toMatch(/retry\.backoff\.ms. with value 5000 is greater than/);
   });
 
   it('exits 3 when the port is taken, instead of restarting workers forever', async () => {

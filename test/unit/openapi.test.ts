@@ -5,7 +5,6 @@ import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { buildOpenApi } from '../../src/openapi.js';
 import { validatePoints } from '../../src/track-point/schema.js';
-import { ERROR_STATUS } from '../../src/errors.js';
 
 const doc = buildOpenApi(loadConfig({}));
 
@@ -39,9 +38,5 @@ describe('openapi.json', () => {
         expect(validatePoints([{ ...base, [field]: 'x'.repeat(maxLength + 1) }]).ok).toBe(false);
       }
     }
-  });
-
-  it('lists every error code of the catalogue', () => {
-    expect(doc.components.schemas.Error.properties.error.enum).toEqual(Object.keys(ERROR_STATUS));
   });
 });

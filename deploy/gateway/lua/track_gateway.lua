@@ -1,6 +1,9 @@
 -- The gateway's own logic (nginx.conf.template): the rate limit shared through Redis, and the
 -- gateway's refusals in the service's error shape {"error": code, "message": text}.
 --
+-- Every code answered here is in the service's error catalogue (src/errors.ts), with the same status
+-- and Retry-After; a test holds this file to it.
+--
 -- Rate limit: GATEWAY_RATE_LIMIT requests per second per client key (0 turns it off). The key is
 -- X-Api-Key when the client sends one (a fleet's devices often share one address behind carrier NAT),
 -- else the client address. Counted in fixed one-second windows: INCR rl:<key>:<unix second> in the
@@ -128,7 +131,7 @@ local REFUSALS = {
   ["413"] = { "payload_too_large", function() return "body is larger than " .. max_body_bytes .. " bytes (MAX_BODY_BYTES)" end },
   ["431"] = { "request_header_too_large", "request header fields are too large (at most 4 lines of 8 KiB)" },
   ["500"] = { "gateway_error", "the gateway failed to handle the request" },
-  ["502"] = { "service_unavailable", "the ingestion service cannot be reached; retry", "1" },
+  ["502"] = { "service_unreachable", "the ingestion service cannot be reached; retry", "1" },
   ["503"] = { "service_unavailable", "the ingestion service is not available; retry", "1" },
   ["504"] = { "service_timeout", "the ingestion service did not answer in time; retry", "1" },
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { Refusal } from '../../../src/kafka/producer.js';
+import type { ProducerRefusal as Refusal } from '../../../src/errors.js';
 import { WaitingRoom, type Waiter } from '../../../src/http/waiting-room.js';
 
 /** A producer whose queue takes `room` more requests; null room: an admission that always refuses with `refusal`. */
@@ -71,7 +71,7 @@ describe('WaitingRoom', () => {
     q.refusal = 'shutting_down';
     await sleep(20);
     expect(q.released.map((r) => [r.id, r.refusal])).toEqual([['a', 'shutting_down'], ['b', 'shutting_down']]);
-    expect(room.mayWait('broker_down')).toBe(false);
+    expect(room.mayWait('broker_unavailable')).toBe(false);
   });
 
   it('keeps at most maxBytes of bodies, and nothing waits with QUEUE_FULL_WAIT_MS=0', () => {
@@ -81,6 +81,6 @@ describe('WaitingRoom', () => {
     expect(room.enter(waiter('b', q, 100))).toBe(false);
     expect(room.size).toBe(1);
     expect(new WaitingRoom(admission, 0, 250).mayWait('queue_full')).toBe(false);
-    q.refusal = 'broker_down'; // let the timer end
+    q.refusal = 'broker_unavailable'; // let the timer end
   });
 });

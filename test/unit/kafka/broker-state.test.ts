@@ -37,7 +37,7 @@ const down = (): BrokerStatsSample => ({ name: '127.0.0.1:9092/1', nodeid: 1, st
 describe('BrokerState', () => {
   it('refuses while connecting, accepts once connected to a topic with leaders', () => {
     const m = machine();
-    expect(m.view()).toEqual({ refusal: 'connecting', unready: 'not connected to 127.0.0.1:9092', available: false });
+    expect(m.view()).toEqual({ refusal: 'broker_unavailable', unready: 'not connected to 127.0.0.1:9092', available: false });
     m.state.onConnected(true);
     expect(m.view()).toEqual({ refusal: null, unready: null, available: true });
   });
@@ -76,7 +76,7 @@ describe('BrokerState', () => {
     m.advance(GRACE - 1);
     expect(m.view().refusal).toBeNull();
     m.advance(1);
-    expect(m.view().refusal).toBe('broker_down');
+    expect(m.view().refusal).toBe('broker_unavailable');
     expect(m.state.downGraceLeftMs()).toBe(0);
     m.stats(100, () => [up(5)]);
     expect(m.view()).toEqual({ refusal: null, unready: null, available: true });
@@ -87,7 +87,7 @@ describe('BrokerState', () => {
     const m = machine();
     m.state.onConnected(true);
     m.stats(GRACE + 100, () => [down()]);
-    expect(m.view().refusal).toBe('broker_down');
+    expect(m.view().refusal).toBe('broker_unavailable');
     m.state.onBrokerAnswered(true);
     expect(m.view()).toEqual({ refusal: null, unready: null, available: true });
   });
@@ -127,9 +127,9 @@ describe('BrokerState', () => {
     const m = machine();
     m.state.onConnected(true);
     m.state.onFatalError();
-    expect(m.view()).toEqual({ refusal: 'fatal_error', unready: 'fatal producer error', available: false });
+    expect(m.view()).toEqual({ refusal: 'producer_failed', unready: 'fatal producer error', available: false });
     m.stats(100, () => [up(1)]);
-    expect(m.view().refusal).toBe('fatal_error');
+    expect(m.view().refusal).toBe('producer_failed');
     m.state.onStopping();
     expect(m.view()).toEqual({ refusal: 'shutting_down', unready: 'shutting down', available: false });
   });
@@ -141,6 +141,6 @@ describe('BrokerState', () => {
     expect(m.view().refusal).toBe('broker_stalled');
     m.state.onAllBrokersDown();
     m.advance(GRACE);
-    expect(m.view().refusal).toBe('broker_down');
+    expect(m.view().refusal).toBe('broker_unavailable');
   });
 });

@@ -47,7 +47,7 @@ const validPoint = fc.record(
 
 class Sink implements PointSink {
   batch: ReturnType<typeof messagesOf> | null = null;
-  admission(): Refusal | null {
+  admission(): null {
     return null;
   }
   tryEnqueue(batch: EncodedPoints): Refusal | null {
@@ -56,7 +56,7 @@ class Sink implements PointSink {
     return null;
   }
 }
-const limits = { maxBodyBytes: 1 << 20, maxPoints: 10_000, brokerDownGraceMs: 5000, topic: 't' };
+const limits = { maxBodyBytes: 1 << 20, maxPoints: 10_000, brokerDownGraceMs: 5000, topic: 't', brokers: 'b:9092', queueFullWaitMs: 200 };
 const post = (body: string | Buffer) => {
   const sink = new Sink();
   const out = handleTrackBody(Buffer.isBuffer(body) ? body : Buffer.from(body), false, limits, sink);
