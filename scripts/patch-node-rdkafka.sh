@@ -2,18 +2,25 @@
 # Applies patches/ to the installed node-rdkafka and rebuilds what they change. npm runs this after
 # `npm ci` (package.json "postinstall").
 # - librdkafka-2.12-*.patch, to the librdkafka that node-rdkafka bundles:
+#   - acks-counted-per-tag: a message whose opaque is a tag is counted per tag when Kafka
+#     acknowledges it, in the broker thread, instead of one delivery report each (the write-ahead
+#     journal learns which of its records Kafka has: src/journal/);
 #   - keep-brokers-on-empty-metadata: librdkafka keeps its brokers when a Metadata answer lists none,
 #     instead of dropping them all (README, "A broker that stops answering");
 #   - release-per-queue: a delivered MessageSet's accounting and topic references released once, not
-#     per message (README, Performance, "librdkafka releases a delivered batch at once").
+#     per message (README, Performance, "librdkafka releases a delivered batch at once");
+#   - timestamp-produce-batch: rd_kafka_produce_batch_at(), produce_batch with the messages'
+#     timestamp given (a journal record produced again keeps the time it was accepted).
 #   librdkafka is rebuilt with its own `make libs install`: node-rdkafka's gyp action runs only when
-#   config.h changes, and the addon loads build/deps/librdkafka.so.1 (about 50 s on 2 cores: the
-#   files that include rdkafka_msg.h are compiled again).
+#   config.h changes, and the addon loads build/deps/librdkafka.so.1 (about a minute on 2 cores: the
+#   files that include rdkafka_int.h are compiled again).
 # - node-rdkafka-3.6.1-*.patch, to node-rdkafka's addon:
+#   - delivery-reports: each delivery report carries librdkafka's message status (persisted,
+#     possibly persisted, not persisted), which ACK_MODE=delivered answers from, and the message's
+#     tag when it had one;
 #   - produce-batch: Producer#produceBatch hands librdkafka every message of a request in one native
-#     call (README, "One native call per request" says why);
-#   - delivery-status: each delivery report carries librdkafka's message status (persisted, possibly
-#     persisted, not persisted), which ACK_MODE=delivered answers from.
+#     call (README, "One native call per request" says why), with a tag and a timestamp;
+#     Producer#takeAcks and Producer#queueLength.
 #   The addon is rebuilt with `node-gyp build`, not `rebuild`: only the changed C++ files are compiled
 #   again (about 20 s).
 #
@@ -48,80 +55,94 @@ quietly() {
   rm -f "$log"
 }
 
-# restore_pristine PATCH...: puts back the package's own copies of the files that the patches change
-# (npm's cache has the package), for sources patched by an earlier version of patches/. Copied without
-# their dates, so that make compiles them again.
+# restore_pristine FILE...: puts back the package's own copies of these files (npm's cache has the
+# package), for sources patched by an earlier version of patches/. Copied without their dates, so that
+# make compiles them again.
 restore_pristine() {
   local pristine file
   pristine=$(mktemp -d)
   (cd "$pristine" && npm pack "node-rdkafka@$version" --silent >/dev/null && tar -xzf "node-rdkafka-$version.tgz")
-  for file in $(sed -n 's|^+++ b/||p' "$@"); do cp "$pristine/package/$file" "$module/$file"; done
+  for file in "$@"; do cp "$pristine/package/$file" "$module/$file"; done
   rm -rf "$pristine"
 }
 
-# --- librdkafka: patches/librdkafka-2.12-*.patch ---
-lib=$module/build/deps/librdkafka.so.1
-# The stamp holds the checksum of the library built from the sources with every patch applied, and
-# the patch set's own checksum: a library built before a patch was added (or by node-rdkafka's own
-# install afterwards) does not match it.
-lib_stamp=$module/build/deps/.librdkafka-patches.sha256
-lib_patches=("$root"/patches/librdkafka-2.12-*.patch)
-patch_set=$(cat "${lib_patches[@]}" | sha256sum | cut -d' ' -f1)
+# The files a set of patches changes.
+files_of() { sed -n 's|^+++ b/||p' "$@" | sort -u; }
 # Applied already when it reverses exactly; applicable when it applies exactly (--dry-run: nothing is
 # written). Neither: an earlier version of it is in the sources.
 applied() { patch --directory="$module" --strip=1 --reverse --dry-run --force --fuzz=0 --quiet <"$1" >/dev/null 2>&1; }
 applicable() { patch --directory="$module" --strip=1 --forward --dry-run --fuzz=0 --quiet <"$1" >/dev/null 2>&1; }
-for lib_patch in "${lib_patches[@]}"; do
-  if ! applied "$lib_patch" && ! applicable "$lib_patch"; then
-    restore_pristine "${lib_patches[@]}"
-    echo "patch-node-rdkafka.sh: restored the librdkafka files that patches/ change (an earlier version of $(basename "$lib_patch") was in them)"
-    break
+
+# patch_sources WHAT STAMP PATCH...: brings the sources to exactly these patches. The stamp of the
+# last build names the patch set and the files it changed: when the set changed (a patch added,
+# changed or removed), every file of the old set and the new one is restored first, so that nothing
+# of a removed patch stays behind; then each patch not yet in the sources is applied, in name order.
+patch_sources() {
+  local what=$1 stamp=$2 set old_files restore=0 p
+  shift 2
+  set=$(cat "$@" | sha256sum | cut -d' ' -f1)
+  old_files=$( [[ -f $stamp ]] && sed -n 's/^# file //p' "$stamp" || true)
+  if [[ -f $stamp ]] && ! grep -qx "# patches $set" "$stamp"; then restore=1; fi
+  for p in "$@"; do applied "$p" || applicable "$p" || restore=1; done
+  if ((restore)); then
+    # shellcheck disable=SC2046 # one file name per word
+    restore_pristine $( { echo "$old_files"; files_of "$@"; } | sed '/^$/d' | sort -u)
+    echo "patch-node-rdkafka.sh: restored the $what files that patches/ change (the patch set changed)"
   fi
-done
-for lib_patch in "${lib_patches[@]}"; do
-  if applied "$lib_patch"; then
-    echo "patch-node-rdkafka.sh: librdkafka sources already have $(basename "$lib_patch")"
-  else
-    patch --directory="$module" --strip=1 --forward --quiet <"$lib_patch"
-    echo "patch-node-rdkafka.sh: applied $(basename "$lib_patch")"
-  fi
-done
-if [[ -f $lib && -f $lib_stamp ]] && grep -qx "# patches $patch_set" "$lib_stamp" &&
-  (cd "$(dirname "$lib")" && sha256sum --check --status "$lib_stamp"); then
+  for p in "$@"; do
+    if applied "$p"; then
+      echo "patch-node-rdkafka.sh: $what sources already have $(basename "$p")"
+    else
+      # --forward: refuse (not reverse) a patch that seems applied already; a partial state fails loudly.
+      patch --directory="$module" --strip=1 --forward --quiet <"$p"
+      echo "patch-node-rdkafka.sh: applied $(basename "$p")"
+    fi
+  done
+}
+
+# built_from STAMP BINARY PATCH...: whether BINARY is the one built after these patches (its stamp).
+built_from() {
+  local stamp=$1 binary=$2 set
+  shift 2
+  set=$(cat "$@" | sha256sum | cut -d' ' -f1)
+  [[ -f $binary && -f $stamp ]] && grep -qx "# patches $set" "$stamp" &&
+    (cd "$(dirname "$binary")" && sed '/^#/d' "$stamp" | sha256sum --check --status)
+}
+
+# write_stamp STAMP BINARY PATCH...: the patch set, the files it changed, the binary's checksum
+# (relative to its directory: a node_modules copied elsewhere, as in the image, still checks).
+write_stamp() {
+  local stamp=$1 binary=$2 f
+  shift 2
+  {
+    echo "# patches $(cat "$@" | sha256sum | cut -d' ' -f1)"
+    for f in $(files_of "$@"); do echo "# file $f"; done
+    (cd "$(dirname "$binary")" && sha256sum "$(basename "$binary")")
+  } >"$stamp"
+}
+
+# --- librdkafka: patches/librdkafka-2.12-*.patch ---
+lib=$module/build/deps/librdkafka.so.1
+# The stamp holds the patch set's checksum, the files it changes, and the checksum of the library built
+# from the sources with every patch applied: a library built before a patch was added (or by
+# node-rdkafka's own install afterwards) does not match it.
+lib_stamp=$module/build/deps/.librdkafka-patches.sha256
+lib_patches=("$root"/patches/librdkafka-2.12-*.patch)
+patch_sources librdkafka "$lib_stamp" "${lib_patches[@]}"
+if built_from "$lib_stamp" "$lib" "${lib_patches[@]}"; then
   echo "patch-node-rdkafka.sh: librdkafka already built from the patched sources"
 else
   echo "patch-node-rdkafka.sh: rebuilding librdkafka (the changed files are compiled again)"
   quietly "make libs install in deps/librdkafka" "$module/deps/librdkafka" make libs install
-  # Relative to build/deps: a node_modules copied elsewhere (the image) still checks.
-  { echo "# patches $patch_set"; (cd "$(dirname "$lib")" && sha256sum "$(basename "$lib")"); } >"$lib_stamp"
+  write_stamp "$lib_stamp" "$lib" "${lib_patches[@]}"
   echo "patch-node-rdkafka.sh: librdkafka rebuilt into build/deps"
 fi
 
 # --- node-rdkafka: patches/node-rdkafka-3.6.1-*.patch ---
-# The addon's stamp, like librdkafka's: the patch set's checksum and the addon's, so that an addon
-# built before a patch was added, or by npm reinstalling node-rdkafka, is built again.
 addon_stamp=$module/build/Release/.node-rdkafka-patches.sha256
 addon_patches=("$root"/patches/node-rdkafka-3.6.1-*.patch)
-addon_set=$(cat "${addon_patches[@]}" | sha256sum | cut -d' ' -f1)
-for addon_patch in "${addon_patches[@]}"; do
-  if ! applied "$addon_patch" && ! applicable "$addon_patch"; then
-    restore_pristine "${addon_patches[@]}"
-    echo "patch-node-rdkafka.sh: restored the node-rdkafka files that patches/ change (an earlier version of $(basename "$addon_patch") was in them)"
-    break
-  fi
-done
-for addon_patch in "${addon_patches[@]}"; do
-  if applied "$addon_patch"; then
-    echo "patch-node-rdkafka.sh: node-rdkafka sources already have $(basename "$addon_patch")"
-  else
-    # --forward: refuse (not reverse) a patch that seems applied already; a partial state fails loudly.
-    patch --directory="$module" --strip=1 --forward --quiet <"$addon_patch"
-    echo "patch-node-rdkafka.sh: applied $(basename "$addon_patch")"
-  fi
-done
-
-if [[ -f $addon && -f $addon_stamp ]] && grep -qx "# patches $addon_set" "$addon_stamp" &&
-  (cd "$(dirname "$addon")" && sha256sum --check --status "$addon_stamp"); then
+patch_sources node-rdkafka "$addon_stamp" "${addon_patches[@]}"
+if built_from "$addon_stamp" "$addon" "${addon_patches[@]}"; then
   echo "patch-node-rdkafka.sh: the addon is built from the patched sources"
   exit 0
 fi
@@ -132,5 +153,5 @@ if ! command -v node-gyp >/dev/null; then
 fi
 echo "patch-node-rdkafka.sh: rebuilding the node-rdkafka addon (librdkafka itself is kept)"
 quietly "node-gyp build" "$module" "${gyp[@]}" build
-{ echo "# patches $addon_set"; (cd "$(dirname "$addon")" && sha256sum "$(basename "$addon")"); } >"$addon_stamp"
+write_stamp "$addon_stamp" "$addon" "${addon_patches[@]}"
 echo "patch-node-rdkafka.sh: node-rdkafka addon rebuilt with patches/"

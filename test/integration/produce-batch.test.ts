@@ -241,3 +241,43 @@ describe('librdkafka releasing delivered messages a MessageSet at a time (patche
     expect(all).toHaveLength(3101);
   });
 });
+
+// The write-ahead journal's producer: every record produced with its tag (its journal record), failure
+// reports only, and the acknowledgements counted per tag by librdkafka (patches/librdkafka-2.12-acks-counted-per-tag.patch).
+describe('Producer#produceBatch with a tag, and takeAcks()', () => {
+  const taggedTopic = fileTopic('produce-batch-tagged', PARTITIONS);
+
+  it('counts every acknowledged message under its tag, reports none of them, and keeps the timestamp it is given', async () => {
+    const config = loadConfig({ MQ_BROKERS: BROKERS, MQ_TOPIC: taggedTopic });
+    const settings = producerSettings(config, 'produce-batch-tags');
+    const tagged = new Kafka.Producer(settings.global, settings.topic);
+    const reported: Kafka.DeliveryReport[] = [];
+    tagged.on('delivery-report', (_err, report) => reported.push(report));
+    tagged.setPollInterval(10);
+    await connectProducer(tagged);
+    const counted = new Map<number, number>();
+    try {
+      const a = encodePoints(Array.from({ length: 30 }, (_, i) => point(`t-${i % 7}`, i)));
+      expect(tagged.produceBatch(taggedTopic, a.data, a.messages, 5, 1_700_000_000_123)).toBe(30);
+      const b = encodePoints(Array.from({ length: 12 }, (_, i) => point(`u-${i % 5}`, i)));
+      expect(tagged.produceBatch(taggedTopic, b.data, b.messages, 2 ** 31 - 1)).toBe(12);
+      expect(tagged.queueLength()).toBeGreaterThan(0);
+      expect(() => tagged.produceBatch(taggedTopic, b.data, b.messages, 2 ** 31)).toThrow(/tag must be a whole number/);
+      await flush(tagged);
+      await until(() => {
+        for (let acks = tagged.takeAcks(); acks !== undefined; acks = tagged.takeAcks()) {
+          for (let i = 0; i < acks.length; i += 2) counted.set(acks[i]!, (counted.get(acks[i]!) ?? 0) + acks[i + 1]!);
+        }
+        return (counted.get(5) ?? 0) + (counted.get(2 ** 31 - 1) ?? 0) === 42;
+      }, '42 acknowledgements');
+      expect(Object.fromEntries(counted)).toEqual({ 5: 30, [2 ** 31 - 1]: 12 });
+      expect(tagged.takeAcks()).toBeUndefined();
+      expect(tagged.queueLength()).toBe(0);
+      expect(reported).toEqual([]);
+    } finally {
+      await disconnect(tagged);
+    }
+    const got = await consumeAll(taggedTopic, { expected: 42, partitions: PARTITIONS });
+    expect(got.filter((m) => m.key.startsWith('t-')).map((m) => m.timestamp)).toEqual(Array(30).fill(1_700_000_000_123));
+  });
+});
