@@ -26,11 +26,11 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 ENV NODE_ENV=production \
     LISTEN_ADDR=:8080 \
-    SPILL_DIR=/var/lib/track-ingest/spill
-# The spill journal (points Kafka failed to take after their 202) must outlive the container:
-# mount a volume here (compose: a named volume; Kubernetes: an emptyDir or a PVC).
-RUN mkdir -p /var/lib/track-ingest/spill && chown -R node:node /var/lib/track-ingest
-VOLUME /var/lib/track-ingest/spill
+    JOURNAL_DIR=/var/lib/track-ingest/journal
+# The write-ahead journal (every accepted point until Kafka acknowledged it) must outlive the
+# container: mount a volume here (compose: a named volume; Kubernetes: a PVC per pod, deploy/k8s).
+RUN mkdir -p /var/lib/track-ingest/journal && chown -R node:node /var/lib/track-ingest
+VOLUME /var/lib/track-ingest/journal
 WORKDIR /app
 COPY --from=build --chown=node:node /app/node_modules ./node_modules
 COPY --from=build --chown=node:node /app/dist ./dist

@@ -4,7 +4,6 @@
 import { z } from 'zod';
 import { JEMALLOC_PATHS, workerMalloc, type MallocChoice, type WorkerMalloc } from './allocator.js';
 import { usableCpus } from './cpus.js';
-import { SPILL_RECORD_OVERHEAD_BYTES, spillReserveBytes } from './spill-record.js';
 
 export const DEFAULTS = {
   MQ_BROKERS: 'localhost:9092',
@@ -22,15 +21,26 @@ export const DEFAULTS = {
   STANDBY_WORKER: '1',
   ACK_MODE: 'async',
   DELIVERY_TIMEOUT_MS: '10000',
-  DELIVERY_LATENCY_HISTOGRAM: '0',
-  SPILL_DIR: 'spill',
-  SPILL_MAX_BYTES: '1073741824',
+  JOURNAL_DIR: 'journal',
+  JOURNAL_MAX_BYTES: '1073741824',
+  JOURNAL_SYNC: 'process',
   LOG_LEVEL: 'info',
   WORKER_MALLOC: 'auto',
 } as const;
 
 
 export type AckMode = 'async' | 'delivered';
+export type JournalSync = 'process' | 'disk';
+
+/**
+ * Variables of earlier versions that no longer do anything: set, they stop the start with what
+ * replaced them, rather than being silently ignored.
+ */
+export const REMOVED_VARIABLES: Readonly<Record<string, string>> = {
+  SPILL_DIR: 'replaced by JOURNAL_DIR, the write-ahead journal of every accepted point (set JOURNAL_DIR to the same directory: the spill files found there are imported and replayed)',
+  SPILL_MAX_BYTES: 'replaced by JOURNAL_MAX_BYTES (the write-ahead journal holds every point until Kafka acknowledged it)',
+  DELIVERY_LATENCY_HISTOGRAM: 'no longer needed: ingest_delivery_latency_seconds is always filled (per request, from the journal\'s acknowledgements)',
+};
 
 /** Prefix of the pass-through librdkafka properties: MQ_OPT_SECURITY_PROTOCOL=SASL_SSL → security.protocol. */
 export const PRODUCER_OPTION_PREFIX = 'MQ_OPT_';
@@ -62,10 +72,10 @@ export interface Config {
   ackMode: AckMode;
   /** delivered mode: librdkafka's message.timeout.ms, the longest a request waits for Kafka. */
   deliveryTimeoutMs: number;
-  /** async mode: ask librdkafka for a report per message to fill the delivery latency histogram (costs CPU). */
-  deliveryLatencyHistogram: boolean;
-  spillDir: string;
-  spillMaxBytes: number;
+  /** The write-ahead journal: its directory (one file set per worker slot), its size limit per worker, and how durable a 202 is. */
+  journalDir: string;
+  journalMaxBytes: number;
+  journalSync: JournalSync;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   /** The malloc the workers are forked with (allocator.ts says why jemalloc). */
   workerMalloc: WorkerMalloc;
@@ -133,15 +143,18 @@ const EnvSchema = z.object({
   STANDBY_WORKER: z.enum(['0', '1'], { error: 'must be 0 or 1' }).transform((v) => v === '1'),
   ACK_MODE: z.enum(['async', 'delivered']),
   DELIVERY_TIMEOUT_MS: wholeNumber(1_000, 3_600_000),
-  DELIVERY_LATENCY_HISTOGRAM: z.enum(['0', '1'], { error: 'must be 0 or 1' }).transform((v) => v === '1'),
-  SPILL_DIR: z.string().min(1),
-  SPILL_MAX_BYTES: wholeNumber(1024 * 1024, 2 ** 50),
+  JOURNAL_DIR: z.string().min(1),
+  JOURNAL_MAX_BYTES: wholeNumber(1024 * 1024, 2 ** 50),
+  JOURNAL_SYNC: z.enum(['process', 'disk'], { error: 'must be process (survives a crash of the process) or disk (survives a power loss: each 202 waits for fdatasync)' }),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
   WORKER_MALLOC: z.enum(['auto', 'jemalloc', 'system']),
 });
 
 /** Reads the configuration from an environment (process.env by default). Throws ConfigError. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Config> {
+  for (const [variable, why] of Object.entries(REMOVED_VARIABLES)) {
+    if (env[variable] !== undefined && env[variable].trim() !== '') throw new ConfigError(variable, why);
+  }
   const raw: Record<string, string> = {};
   for (const key of Object.keys(DEFAULTS) as (keyof typeof DEFAULTS)[]) {
     const v = env[key];
@@ -172,9 +185,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     standbyWorker: e.STANDBY_WORKER,
     ackMode: e.ACK_MODE,
     deliveryTimeoutMs: e.DELIVERY_TIMEOUT_MS,
-    deliveryLatencyHistogram: e.DELIVERY_LATENCY_HISTOGRAM,
-    spillDir: e.SPILL_DIR,
-    spillMaxBytes: e.SPILL_MAX_BYTES,
+    journalDir: e.JOURNAL_DIR,
+    journalMaxBytes: e.JOURNAL_MAX_BYTES,
+    journalSync: e.JOURNAL_SYNC,
     logLevel: e.LOG_LEVEL,
     workerMalloc: resolveWorkerMalloc(e.WORKER_MALLOC, env),
     producerOptions: Object.freeze(producerOptionsFrom(env)),
@@ -182,12 +195,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
   if (config.queueMaxPoints < config.maxPoints) {
     throw new ConfigError('PRODUCER_QUEUE_MAX_POINTS', `must be at least MAX_POINTS (${config.maxPoints}), or no full request could ever be accepted`);
   }
-  const spillReserve = spillReserveBytes(config);
-  if (config.spillMaxBytes <= spillReserve) {
-    throw new ConfigError(
-      'SPILL_MAX_BYTES',
-      `must be above ${spillReserve} bytes: a full producer queue (PRODUCER_QUEUE_MAX_BYTES plus ${SPILL_RECORD_OVERHEAD_BYTES} bytes per point of PRODUCER_QUEUE_MAX_POINTS) must fit in the journal`,
-    );
+  // A journal record of the largest request: its body (or its points encoded), 16 bytes of offsets per point.
+  const largestRecord = 2 * config.maxBodyBytes + 16 * config.maxPoints;
+  if (config.journalMaxBytes < 2 * largestRecord) {
+    throw new ConfigError('JOURNAL_MAX_BYTES', `must be at least ${2 * largestRecord} bytes: twice the journal record of the largest request (2 × MAX_BODY_BYTES + 16 bytes per point of MAX_POINTS)`);
   }
   return Object.freeze(config);
 }

@@ -56,8 +56,8 @@ export const CATALOGUE = {
   unsupported_media_type: { status: 415, by: 'service', resend: 'fix', when: 'Content-Type other than application/json, or Content-Encoding other than gzip or identity.' },
   rate_limited: { status: 429, by: 'gateway', retryAfter: 1, resend: 'resend', when: 'More than GATEWAY_RATE_LIMIT requests in one second for this client key.' },
   request_header_too_large: { status: 431, by: 'gateway', resend: 'fix', when: 'A header block over 4 lines of 8 KiB.' },
-  queue_full: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'Backpressure: Kafka takes points more slowly than they arrive; the request waited QUEUE_FULL_WAIT_MS for room in the producer queue and found none.' },
-  journal_full: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'The spill journal (points Kafka failed after their 202) is full (SPILL_MAX_BYTES) or cannot be written; /readyz says which.' },
+  queue_full: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'Backpressure: Kafka takes points more slowly than they arrive (or refuses some, which are produced again); the request waited QUEUE_FULL_WAIT_MS for room in the producer queue and found none.' },
+  journal_full: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'The write-ahead journal (every accepted point until Kafka acknowledged it) is full (JOURNAL_MAX_BYTES) or cannot be written (a full disk); /readyz says which.' },
   broker_unavailable: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'No Kafka broker reachable: not connected yet, or none for BROKER_DOWN_GRACE_MS.' },
   broker_stalled: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'Kafka brokers keep their connections but have answered nothing for BROKER_DOWN_GRACE_MS (a frozen broker).' },
   topic_unknown: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'The topic MQ_TOPIC does not exist or has no leader.' },
@@ -145,7 +145,7 @@ export function refusalMessage(refusal: ProducerRefusal, c: RefusalContext): str
   const nothing = 'nothing from this request was accepted';
   switch (refusal) {
     case 'queue_full': return `the producer queue is full: Kafka takes points more slowly than they arrive, and no room came within ${c.queueFullWaitMs} ms (QUEUE_FULL_WAIT_MS); ${nothing}`;
-    case 'journal_full': return `the spill journal, which keeps points Kafka failed after their 202, is full (SPILL_MAX_BYTES) or cannot be written; ${nothing}`;
+    case 'journal_full': return `the journal, which keeps every accepted point until Kafka acknowledged it, is full (JOURNAL_MAX_BYTES) or cannot be written; ${nothing}`;
     case 'broker_unavailable': return `no Kafka broker of ${c.brokers} can be reached (not connected yet, or none for more than ${c.brokerDownGraceMs} ms); ${nothing}`;
     case 'broker_stalled': return `the Kafka brokers have answered nothing for more than ${c.brokerDownGraceMs} ms while requests wait; ${nothing}`;
     case 'topic_unknown': return `topic ${c.topic} does not exist or has no leader; ${nothing}`;

@@ -69,6 +69,18 @@ function registerLoopDelay(registry: client.Registry, workerId: string, delay: E
   };
 }
 
+/** What the journal reports at each scrape (kafka/producer.ts gathers it). */
+export interface JournalFigures {
+  bytes: number;
+  records: number;
+  /** Acceptance time of the oldest record in flight (ms since the epoch), or null. */
+  oldestMs: number | null;
+  corrupt: number;
+  retried: number;
+  recovered: number;
+  possibleDuplicates: number;
+}
+
 export function createWorkerMetrics(workerId: string) {
   const registry = new Registry();
   const tally = new TrackTally();
@@ -143,7 +155,7 @@ export function createWorkerMetrics(workerId: string) {
   let queueSource: () => { points: number; bytes: number } = () => ({ points: 0, bytes: 0 });
   new Gauge({
     name: `${METRIC_PREFIX}producer_queue_points`,
-    help: 'Points handed to the producer and not yet acknowledged by Kafka or failed.',
+    help: 'Messages in librdkafka\'s queue, not yet acknowledged by Kafka or failed (rd_kafka_outq_len: what admission counts against PRODUCER_QUEUE_MAX_POINTS).',
     registers,
     collect() {
       this.set(queueSource().points);
@@ -151,7 +163,7 @@ export function createWorkerMetrics(workerId: string) {
   });
   new Gauge({
     name: `${METRIC_PREFIX}producer_queue_bytes`,
-    help: 'Bytes (keys and values) of the points counted in ingest_producer_queue_points.',
+    help: 'Bytes (keys and values) of the messages in librdkafka\'s queue, as of its last statistics (every 100 ms).',
     registers,
     collect() {
       this.set(queueSource().bytes);
@@ -168,7 +180,7 @@ export function createWorkerMetrics(workerId: string) {
   });
   const delivered = new Counter({
     name: `${METRIC_PREFIX}messages_delivered_total`,
-    help: 'Messages acknowledged by Kafka (acks=all).',
+    help: 'Messages acknowledged by Kafka (acks=all), as librdkafka counted them.',
     registers,
   });
   const deliveryErrors = new Counter({
@@ -177,14 +189,11 @@ export function createWorkerMetrics(workerId: string) {
     labelNames: ['code'] as const,
     registers,
   });
-  // Per message where a delivery report per message exists: ACK_MODE=delivered, or async mode with
-  // DELIVERY_LATENCY_HISTOGRAM=1. By default async mode asks librdkafka for failure reports only,
-  // because a report per message multiplies the producer's CPU per message by about four (`make
-  // bench-floor`: 1.4–1.6 µs → 5.4–5.9 µs), far more than parsing, validating and encoding a point cost
-  // together; there the statistics windows below are the estimate.
+  // ACK_MODE=async: per request, observed when the last acknowledgement of its journal record is read
+  // (every 10 ms poll: that is its resolution). ACK_MODE=delivered: per message, from its report.
   const deliveryLatency = new CountedHistogram(
     `${METRIC_PREFIX}delivery_latency_seconds`,
-    'Per message, from its hand-over to librdkafka to the delivery report of its Kafka acknowledgement: with ACK_MODE=delivered, or DELIVERY_LATENCY_HISTOGRAM=1.',
+    'From the hand-over to librdkafka to Kafka\'s acknowledgement: per request in ACK_MODE=async (all its points, read every 10 ms), per message in ACK_MODE=delivered.',
     [0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
     registers,
   );
@@ -195,30 +204,60 @@ export function createWorkerMetrics(workerId: string) {
     aggregator: 'max',
     registers,
   });
-  let spillSource: () => number = () => 0;
+  // The write-ahead journal (journal/journal.ts), read at scrape time.
+  let journalSource: () => JournalFigures = () => ({ bytes: 0, records: 0, oldestMs: null, corrupt: 0, retried: 0, recovered: 0, possibleDuplicates: 0 });
   new Gauge({
-    name: `${METRIC_PREFIX}spill_journal_bytes`,
-    help: 'Bytes in the spill journal: accepted points whose delivery failed, waiting for replay (SPILL_MAX_BYTES per worker).',
+    name: `${METRIC_PREFIX}journal_bytes`,
+    help: 'Bytes of the write-ahead journal: records of accepted points not yet all acknowledged by Kafka (JOURNAL_MAX_BYTES per worker).',
     registers,
     collect() {
-      this.set(spillSource());
+      this.set(journalSource().bytes);
     },
   });
-  const spilled = new Counter({
-    name: `${METRIC_PREFIX}points_spilled_total`,
-    help: 'Accepted points whose delivery failed and that were written to the spill journal.',
+  new Gauge({
+    name: `${METRIC_PREFIX}journal_records`,
+    help: 'Journal records (one per accepted request) produced, or to be produced again, and not yet acknowledged whole.',
     registers,
+    collect() {
+      this.set(journalSource().records);
+    },
   });
-  const spillReplayed = new Counter({
-    name: `${METRIC_PREFIX}points_replayed_total`,
-    help: 'Points from the spill journal that Kafka acknowledged on replay.',
+  new Gauge({
+    name: `${METRIC_PREFIX}journal_oldest_unacknowledged_seconds`,
+    help: 'Age of the oldest journal record Kafka has not yet acknowledged whole (0 when none); the highest over workers.',
+    aggregator: 'max',
     registers,
+    collect() {
+      const oldest = journalSource().oldestMs;
+      this.set(oldest === null ? 0 : Math.max(0, Date.now() - oldest) / 1000);
+    },
   });
-  const pointsLost = new Counter({
-    name: `${METRIC_PREFIX}points_lost_total`,
-    help: 'Accepted points that reached neither Kafka nor the spill journal, by reason (spill_full, spill_write_error). Should stay 0.',
-    labelNames: ['reason'] as const,
+  new Counter({
+    name: `${METRIC_PREFIX}journal_replayed_points_total`,
+    help: 'Points produced again from the journal, by cause: retry (their delivery failed after the 202) or restart (left by an earlier process: a crash, a restart during an outage).',
+    labelNames: ['cause'] as const,
     registers,
+    collect() {
+      const j = journalSource();
+      this.labels('retry').inc(delta('journal:retried', j.retried));
+      this.labels('restart').inc(delta('journal:recovered', j.recovered));
+    },
+  });
+  new Counter({
+    name: `${METRIC_PREFIX}journal_possible_duplicates_total`,
+    help: 'Points produced again that Kafka may already have had: left by an earlier process without a mark of their acknowledgement, or retried after librdkafka reported them as possibly written. At least once: each may be in Kafka twice.',
+    registers,
+    collect() {
+      this.inc(delta('journal:duplicates', journalSource().possibleDuplicates));
+    },
+  });
+  new Counter({
+    name: `${METRIC_PREFIX}journal_corrupt_records_total`,
+    help: 'Journal records found torn or damaged (their CRC does not match) when read back, and skipped. Should stay 0 but after a power loss.',
+    registers,
+    collect() {
+      this.inc(delta('journal:corrupt', journalSource().corrupt));
+    },
   });
   const brokerUp = new Gauge({
     name: `${METRIC_PREFIX}kafka_brokers_up`,
@@ -276,15 +315,12 @@ export function createWorkerMetrics(workerId: string) {
     setQueueSource(source: () => { points: number; bytes: number }) {
       queueSource = source;
     },
-    setSpillSource(source: () => number) {
-      spillSource = source;
+    setJournalSource(source: () => JournalFigures) {
+      journalSource = source;
     },
     setWaitingSource(source: () => number) {
       waitingSource = source;
     },
-    spilled,
-    spillReplayed,
-    pointsLost,
     delivered,
     deliveryErrors,
     deliveryLatency,

@@ -1,12 +1,12 @@
-// One worker process: a producer, an HTTP server, and the shutdown sequence.
+// One worker process: a journal, a producer, an HTTP server, and the shutdown sequence.
 //
-//   start:    spill journal opened (files of an earlier run found) → producer connects → HTTP server
-//             listens (at most 5 s later, ready or not) → tells the primary; the journal is replayed
-//             in the background whenever it holds points and Kafka is reachable
-//   shutdown: stop listening → wait for bodies being read → stop a replay → producer.drain (refuses
-//             new points with 500, flushes what it holds, bounded by SHUTDOWN_TIMEOUT_MS; failures go
-//             to the journal) → journal closed (on disk) → exit 0, or 4 if points were still
-//             unacknowledged at the deadline
+//   start:    journal opened (what an earlier process of this slot left is found) → producer connects
+//             → HTTP server listens (at most 5 s later, ready or not) → tells the primary; what the
+//             journal holds from before is produced again once Kafka takes points
+//   shutdown: stop listening → wait for bodies being read → producer.drain (refuses new points with
+//             500, flushes what it holds, bounded by SHUTDOWN_TIMEOUT_MS) → journal closed → exit 0:
+//             in ACK_MODE=async what Kafka has not acknowledged stays in the journal for the next
+//             start; ACK_MODE=delivered exits 4 if points were still unacknowledged at the deadline
 //   fatal producer error: the same shutdown, then exit 1 so that the primary starts a fresh worker
 import cluster from 'node:cluster';
 import { hostname } from 'node:os';
@@ -17,8 +17,7 @@ import { EXIT } from './exit-codes.js';
 import { HttpServer } from './http/server.js';
 import { TrackProducer } from './kafka/producer.js';
 import { producerSettings } from './kafka/settings.js';
-import { SpillJournal } from './kafka/spill-journal.js';
-import { SpillReplayer } from './kafka/spill-replay.js';
+import { Journal, JournalError } from './journal/journal.js';
 import { createLogger, type Logger } from './log.js';
 import { clusterMetricsClient } from './metrics-ipc.js';
 import { createWorkerMetrics } from './metrics.js';
@@ -38,27 +37,23 @@ export async function runWorker(config: Config): Promise<void> {
   const slot = workerSlot() ?? (await standBy(log));
   process.title = `track-ingest worker ${slot}`;
   metrics.loopDelay.start();
-  let journal: SpillJournal;
+  let journal: Journal;
   try {
-    journal = new SpillJournal({
-      dir: config.spillDir,
+    journal = new Journal({
+      dir: config.journalDir,
       slot,
       slots: config.workers,
-      maxBytes: config.spillMaxBytes,
-      onCorrupt: (file, validBytes, fileBytes) =>
-        log.error({ file, validBytes, fileBytes }, 'spill journal file ends in a torn or corrupt record; replaying the records before it'),
-      onWriteError: (err, records) => {
-        log.error({ err, records }, 'spill journal write failed: these points are lost; POST /track answers 500 until writes succeed');
-        producer.journalWriteFailed(records);
-      },
+      maxBytes: config.journalMaxBytes,
+      sync: config.journalSync,
+      onCorrupt: (file, at, what) => log.error({ file, at }, `journal file: ${what}`),
     });
   } catch (err) {
-    log.fatal({ err }, 'cannot open the spill journal (check SPILL_DIR)');
+    log.fatal({ err }, 'cannot open the journal (check JOURNAL_DIR)');
+    process.stderr.write(`configuration error: JOURNAL_DIR: ${err instanceof JournalError ? err.message : String(err)}\n`);
     process.exit(EXIT.CONFIG);
   }
-  metrics.setSpillSource(() => journal.bytes);
-  log.info({ slot, ackMode: config.ackMode, malloc: runsOnJemalloc() ? 'jemalloc' : 'system' }, 'worker started');
-  if (!journal.isEmpty) log.warn({ dir: config.spillDir, slot, bytes: journal.bytes }, 'spill journal holds points from an earlier run; replaying them once Kafka is reachable');
+  log.info({ slot, ackMode: config.ackMode, journalSync: config.journalSync, malloc: runsOnJemalloc() ? 'jemalloc' : 'system' }, 'worker started');
+  if (journal.recovering) log.warn({ dir: config.journalDir, slot, bytes: journal.bytes }, 'the journal holds points an earlier process did not see acknowledged; producing them again once Kafka takes points');
 
   let producer: TrackProducer;
   try {
@@ -69,16 +64,6 @@ export async function runWorker(config: Config): Promise<void> {
     process.exit(EXIT.CONFIG);
   }
   producer.start();
-  const replayer = new SpillReplayer({
-    journal,
-    topic: config.topic,
-    settings: producer.settings,
-    log,
-    metrics,
-    // Not readiness: a full journal makes the worker unready, and only a replay can empty it.
-    brokerAvailable: () => producer.kafkaAvailable(),
-  });
-  replayer.start();
 
   const server = new HttpServer({
     config,
@@ -96,26 +81,25 @@ export async function runWorker(config: Config): Promise<void> {
       const deadline = Date.now() + config.shutdownTimeoutMs;
       log.info({ why }, 'worker shutting down');
       await server.stop(Math.min(2_000, config.shutdownTimeoutMs / 4));
-      await replayer.stop();
       const left = await producer.drain(Math.max(100, deadline - Date.now()));
-      // What failed during the drain is in the journal's write buffer: on disk before the process exits.
       try {
         journal.close();
       } catch (err) {
-        log.error({ err }, 'cannot write the spill journal on shutdown');
+        log.error({ err }, 'cannot close the journal on shutdown');
       }
-      // delivered mode: the last acknowledgements were answered just now; let the sockets take them.
+      // Answers that waited for Kafka (delivered) or the disk (JOURNAL_SYNC=disk): let the sockets take them.
       await server.settled(Math.max(100, deadline - Date.now()));
-      if (left > 0) {
-        log.error({ unacknowledged: left, timeoutMs: config.shutdownTimeoutMs }, 'shutdown deadline reached with points not yet acknowledged by Kafka');
-        process.exit(EXIT.UNFLUSHED);
+      if (config.ackMode === 'delivered') {
+        if (left > 0) {
+          log.error({ unacknowledged: left, timeoutMs: config.shutdownTimeoutMs }, 'shutdown deadline reached with points not yet acknowledged by Kafka');
+          process.exit(EXIT.UNFLUSHED);
+        }
+        log.info('worker stopped; every request was answered after Kafka acknowledged or failed its points (failed ones: 500)');
+      } else if (left > 0) {
+        log.warn({ unacknowledged: left, records: journal.records, journalBytes: journal.bytes, dir: config.journalDir }, 'worker stopped with points Kafka has not acknowledged: they stay in the journal and are produced again at the next start of this slot');
+      } else {
+        log.info({ journalBytes: journal.bytes }, 'worker stopped; every accepted point was acknowledged by Kafka');
       }
-      const failed = producer.failedPoints;
-      const accounting = { failed, spilled: producer.spilledPoints, lost: producer.lostPoints, journalBytes: journal.bytes };
-      if (config.ackMode === 'delivered') log.info(accounting, 'worker stopped; every request was answered after Kafka acknowledged or failed its points (failed ones: 500)');
-      else if (producer.lostPoints > 0) log.error(accounting, 'worker stopped; some accepted points failed delivery and could not be spilled (see the earlier errors)');
-      else if (failed > 0) log.warn(accounting, 'worker stopped; accepted points that failed delivery are in the spill journal and are replayed at the next start');
-      else log.info(accounting, 'worker stopped; every accepted point was acknowledged by Kafka');
       process.exit(exitCode);
     })();
   };

@@ -93,15 +93,16 @@ export class HttpServer {
   private listenSocket: uWS.us_listen_socket | null = null;
   /** Requests whose body is still being read or that wait for room: shutdown waits for them. */
   private bodiesInFlight = 0;
-  /** ACK_MODE=delivered: accepted requests waiting for Kafka's acknowledgements. */
+  /** Accepted requests whose answer waits: for Kafka (ACK_MODE=delivered) or the disk (JOURNAL_SYNC=disk). */
   private awaitingDelivery = 0;
-  private readonly delivered: boolean;
+  /** Whether a 202 waits for a ticket to settle (see awaitingDelivery); otherwise it is answered at once. */
+  private readonly answersLater: boolean;
   /** While shutting down, every response closes its connection so keep-alive clients move on. */
   private draining = false;
 
   constructor(private readonly deps: ServerDeps) {
     const { config } = deps;
-    this.delivered = config.ackMode === 'delivered';
+    this.answersLater = config.ackMode === 'delivered' || config.journalSync === 'disk';
     this.limits = {
       maxBodyBytes: config.maxBodyBytes,
       maxPoints: config.maxPoints,
@@ -162,7 +163,7 @@ export class HttpServer {
     await pollUntil(() => this.bodiesInFlight === 0, timeoutMs);
   }
 
-  /** ACK_MODE=delivered: waits (at most timeoutMs) until every accepted request has been answered. */
+  /** Waits (at most timeoutMs) until every accepted request whose answer waited has been answered. */
   async settled(timeoutMs: number): Promise<void> {
     await pollUntil(() => this.awaitingDelivery === 0, timeoutMs);
   }
@@ -234,13 +235,14 @@ export class HttpServer {
 
   /** A whole body: taken, refused, or (the queue full) left to wait for room. `owned`: not uWS's memory. */
   private onBody(res: uWS.HttpResponse, started: number, body: Uint8Array, owned: boolean, gzipped: boolean, isAborted: () => boolean): void {
-    if (!this.delivered) {
+    if (!this.answersLater) {
       const outcome = handleTrackBody(body, gzipped, this.limits, this.deps.producer);
       if (this.mayWait(outcome)) this.waitForRoom(res, started, body, owned, gzipped, isAborted);
       else this.finishTrack(res, started, outcome, KEEP_READING);
       return;
     }
-    // ACK_MODE=delivered: answer once Kafka acknowledged (or failed) every point of the request.
+    // ACK_MODE=delivered: answer once Kafka acknowledged (or failed) every point of the request;
+    // JOURNAL_SYNC=disk: once its journal record is on the disk.
     let outcome: TrackOutcome | null = null;
     const ticket = newTicket((t) => {
       if (outcome === null || !outcome.awaitingDelivery) return; // already answered (produce failed midway)

@@ -1,13 +1,14 @@
 // librdkafka's delivery reports, and what becomes of a point that failed after its 202.
 //
 // ACK_MODE=async asks for reports of failures only (producer.ts says why); each carries the message
-// (dr_msg_cb), which goes to the spill journal to be replayed: a 202 is never silently lost.
-// ACK_MODE=delivered asks for a report per message; each carries its request's DeliveryTicket
-// (opaque), and the request is answered when the last of its points reported.
+// (dr_msg_cb) and its journal record's tag, and is produced again after a back-off (redelivery.ts):
+// the record stays in the journal meanwhile. ACK_MODE=delivered asks for a report per message; each
+// carries its request's DeliveryTicket (opaque), and the request is answered when the last of its
+// points reported.
 import Kafka from 'node-rdkafka';
 import { Throttled, type Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics.js';
-import type { SpillJournal } from './spill-journal.js';
+import type { FailedMessage } from './redelivery.js';
 
 /**
  * ACK_MODE=delivered: one per request. The reports count its points down and call settle() once,
@@ -108,77 +109,49 @@ export const DEADLINE_MARGIN_MS = 2_000;
 const DEADLINE_SWEEP_MS = 100;
 
 export class DeliveryReports {
-  /** Accepted points whose delivery failed (timed out, fatal error): each was reported and logged. */
-  failed = 0;
-  /** Of those, the points kept in the spill journal, and those it could not take. */
-  spilled = 0;
-  lost = 0;
   private readonly failures: Throttled;
 
   constructor(
-    private readonly journal: SpillJournal,
     private readonly metrics: WorkerMetrics,
-    private readonly log: Logger,
+    log: Logger,
+    /** ACK_MODE=async: a message of a journal record failed; it is produced again (redelivery.ts). */
+    private readonly onFailed: (message: FailedMessage) => void,
   ) {
     this.failures = new Throttled(log, 'error', 'kafka delivery failed for accepted points');
   }
 
-  /** async mode: only failures arrive here (every message with DELIVERY_LATENCY_HISTOGRAM=1). delivered mode: every message, with its ticket. */
+  /**
+   * ACK_MODE=async: failures only (every message has its record's tag; librdkafka counts the
+   * acknowledgements). ACK_MODE=delivered: every message, with its request's ticket.
+   */
   onReport(err: Kafka.LibrdKafkaError | null, report: Kafka.DeliveryReport): void {
     const ticket = report.opaque as DeliveryTicket | undefined;
     if (err) {
       const code = codeName(err.code);
-      this.failed++;
       this.metrics.deliveryErrors.labels(code).inc();
       if (ticket !== undefined) {
-        // The client hears 500: not spilled, or a resend would make it arrive twice.
+        // The client hears 500: not produced again, or a resend would make it arrive twice.
         // node-rdkafka's delivery errors carry librdkafka's message but not always its code.
         if (ticket.failed++ === 0) ticket.firstError = err.message;
         if (report.status !== MSG_STATUS.NOT_PERSISTED) ticket.uncertain++;
         this.failures.report({ code, message: err.message, partition: report.partition, status: report.status, answered: 500 });
+      } else if (report.tag !== undefined && report.value != null && report.key != null) {
+        const key = typeof report.key === 'string' ? Buffer.from(report.key) : report.key;
+        this.onFailed({ id: report.tag, key, value: report.value, possiblyWritten: report.status !== MSG_STATUS.NOT_PERSISTED });
+        this.failures.report({ code, message: err.message, partition: report.partition, status: report.status, kept: 'in the journal, produced again after a back-off' });
       } else {
-        this.failures.report({ code, message: err.message, partition: report.partition, spilled: this.spill(report) });
+        // Every message of ACK_MODE=async has its record's tag and its payload (dr_msg_cb).
+        this.failures.report({ code, message: err.message, partition: report.partition, kept: 'no: a report without its record' });
       }
     }
-    if (ticket === undefined) {
-      // ACK_MODE=async with DELIVERY_LATENCY_HISTOGRAM=1: the message's timestamp is its enqueue time (ms).
-      if (!err && report.timestamp !== undefined) this.metrics.deliveryLatency.observe(Math.max(0, Date.now() - report.timestamp) / 1000);
-      return;
-    }
+    if (ticket === undefined) return;
     if (!err) this.metrics.deliveryLatency.observe((performance.now() - ticket.enqueuedAt) / 1000);
     if (--ticket.remaining === 0) settleOnce(ticket);
-  }
-
-  /** The journal lost a batch it could not write (the disk refused). */
-  journalWriteFailed(records: number): void {
-    this.spilled -= records;
-    this.lost += records;
-    this.metrics.pointsLost.labels('spill_write_error').inc(records);
   }
 
   /** Logs what the throttle still holds (at shutdown). */
   flushLog(): void {
     this.failures.flush();
-  }
-
-  /** Keeps a point that failed after its 202 in the journal; false when it could not. */
-  private spill(report: Kafka.DeliveryReport): boolean {
-    const key = typeof report.key === 'string' ? Buffer.from(report.key) : report.key;
-    const value = report.value;
-    if (key != null && value != null) {
-      try {
-        if (this.journal.append(key, value, report.timestamp ?? Date.now())) {
-          this.spilled++;
-          this.metrics.spilled.inc();
-          return true;
-        }
-      } catch (err) {
-        this.log.error({ err }, 'spill journal write failed');
-      }
-    }
-    this.lost++;
-    this.metrics.pointsLost.labels(this.journal.writeFailure !== null ? 'spill_write_error' : 'spill_full').inc();
-    return false;
   }
 }
 

@@ -1,44 +1,42 @@
 // One node-rdkafka producer per worker process, created by the worker itself: each worker is its own
 // librdkafka client (cluster.fork() starts a new process). librdkafka does the batching: linger.ms=10,
-// batch.num.messages=100, as the README's "The Kafka messages" states.
+// batch.num.messages=100.
 //
 // What this module promises the HTTP edge:
-//   - tryEnqueue() takes all points of a request or none (see the comment on it);
+//   - tryEnqueue() takes all points of a request or none;
+//   - ACK_MODE=async (the default): journal first, then produce. A request is a record of the
+//     write-ahead journal (journal/journal.ts) before it is answered 202, and stays there until Kafka
+//     has acknowledged every point of it: a crash, a failed delivery or a restart during an outage
+//     loses nothing. The record's id is its messages' tag: librdkafka counts acknowledgements per tag
+//     (patches/librdkafka-2.12-acks-counted-per-tag.patch), read every poll (takeAcks), so Kafka's
+//     answers cost no report per message; failures are reported, with the message, and produced
+//     again after a back-off (redelivery.ts);
+//   - ACK_MODE=delivered: a report per message back to its request's ticket; the answer waits for
+//     Kafka (delivery-reports.ts);
 //   - it refuses while the producer cannot deliver: not yet connected, a fatal error, the topic
-//     unknown, no broker reachable for longer than BROKER_DOWN_GRACE_MS, brokers that leave
-//     requests unanswered that long (broker-silence.ts), or the queue above its high-water mark
-//     (PRODUCER_QUEUE_MAX_POINTS / PRODUCER_QUEUE_MAX_BYTES);
-//   - every accepted message is accounted for until Kafka acknowledges it or it fails.
-//
-// The queue's depth comes from librdkafka's statistics, not from a delivery report per message
-// (queue-accounting.ts says why).
-//
-// A failure report carries the message, and in ACK_MODE=async the point goes to the spill journal
-// (delivery-reports.ts), to be replayed (spill-replay.ts): a 202 is never silently lost. Admission
-// keeps room for that: a request is refused once the journal could not take the whole producer queue
-// as well. ACK_MODE=delivered is the exception to "reports only for failures": every message reports
-// back to its request's ticket. Capped by node-rdkafka's report rate above, it is the slower,
-// end-to-end mode.
+//     unknown, no broker reachable for longer than BROKER_DOWN_GRACE_MS, brokers that leave requests
+//     unanswered that long (broker-silence.ts), librdkafka's queue at PRODUCER_QUEUE_MAX_POINTS (its
+//     own count, rd_kafka_outq_len), or the journal full (JOURNAL_MAX_BYTES) or not writable.
 //
 // The other jobs live beside this file: settings.ts (the librdkafka properties), broker-link.ts
 // (connecting, the topic's metadata every second), broker-state.ts (what is known about Kafka and what
 // follows for admission and readiness), broker-silence.ts (a broker that stops answering),
-// queue-accounting.ts (points handed over and not yet acknowledged), statistics.ts (librdkafka's
-// statistics to Prometheus), delivery-reports.ts (reports, tickets, spilling).
+// statistics.ts (librdkafka's statistics to Prometheus), delivery-reports.ts (reports and tickets),
+// redelivery.ts (producing again what failed or an earlier process left).
 import Kafka from 'node-rdkafka';
 import type { Config } from '../config.js';
 import type { ProducerRefusal } from '../errors.js';
+import type { Journal } from '../journal/journal.js';
+import { recordBytes, type JournalBatch } from '../journal/record.js';
 import { Throttled, type Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics.js';
 import type { EncodedPoints } from '../track-point/encode.js';
 import { BrokerLink, POLL_INTERVAL_MS } from './broker-link.js';
 import { BrokerState, silenceReason } from './broker-state.js';
-import { codeName, DeliveryReports, TicketDeadlines, type DeliveryTicket } from './delivery-reports.js';
-import { QueueAccounting } from './queue-accounting.js';
+import { codeName, DeliveryReports, newTicket, TicketDeadlines, type DeliveryTicket } from './delivery-reports.js';
+import { Redelivery } from './redelivery.js';
 import { messageMaxBytes, type ProducerSettings } from './settings.js';
-import type { SpillJournal } from './spill-journal.js';
-import { SPILL_RECORD_OVERHEAD_BYTES, spillReserveBytes } from '../spill-record.js';
-import { realBrokers, statisticsTakenAt, StatisticsExporter, topicLeaders, type Statistics } from './statistics.js';
+import { realBrokers, StatisticsExporter, topicLeaders, type Statistics } from './statistics.js';
 
 /**
  * Why tryEnqueue or admission refused: a code of the error catalogue (the broker state's, the queue's,
@@ -55,57 +53,75 @@ export class TrackProducer {
   private readonly producer: Kafka.Producer;
   private readonly topic: string;
   private readonly maxPoints: number;
-  private readonly maxBytes: number;
   private readonly messageMaxBytes: number;
-  private readonly spillReserve: number;
-  private readonly spillMustKeep: boolean;
+  private readonly delivered: boolean;
   private readonly state: BrokerState;
   private readonly reports: DeliveryReports;
   /** ACK_MODE=delivered: every request answered within DELIVERY_TIMEOUT_MS plus a margin. */
   private readonly deadlines: TicketDeadlines;
+  private readonly redelivery: Redelivery;
   private readonly statistics: StatisticsExporter;
   private readonly link: BrokerLink;
+  /** librdkafka's queue in bytes, as of its last statistics (a metric; admission counts messages). */
+  private statsQueueBytes = 0;
 
   /** The answer tryEnqueue gives before looking at the queue; recomputed on every state change. */
   private refusal: ProducerRefusal | null = 'broker_unavailable';
-  private readonly queue = new QueueAccounting();
   /** Called once on a fatal producer error: the worker ends so that a fresh one replaces it. */
   onFatal: (() => void) | null = null;
   private readonly brokerErrors: Throttled;
+  private readonly journalErrors: Throttled;
   private readonly clientErrors: Throttled;
   private readonly clientWarnings: Throttled;
   private readonly acceptingWaiters = new Set<() => void>();
+  /** Acknowledgements read every poll while records are in flight (takeAcks). */
+  private ackTimer: NodeJS.Timeout | null = null;
 
   constructor(
     config: Config,
     private readonly log: Logger,
     private readonly metrics: WorkerMetrics,
-    private readonly journal: SpillJournal,
+    private readonly journal: Journal,
     readonly settings: ProducerSettings,
   ) {
     this.topic = config.topic;
     this.maxPoints = config.queueMaxPoints;
-    this.maxBytes = config.queueMaxBytes;
-    this.spillReserve = spillReserveBytes(config);
-    // In delivered mode a failed point is answered 500, not spilled: the journal only holds the past.
-    this.spillMustKeep = config.ackMode === 'async';
+    this.delivered = config.ackMode === 'delivered';
     this.messageMaxBytes = messageMaxBytes(settings);
     this.state = new BrokerState({ brokers: config.brokers, topic: config.topic, graceMs: config.brokerDownGraceMs });
-    this.reports = new DeliveryReports(journal, metrics, log);
-    this.deadlines = new TicketDeadlines(config.deliveryTimeoutMs);
     this.statistics = new StatisticsExporter(metrics, config.topic);
+    this.deadlines = new TicketDeadlines(config.deliveryTimeoutMs);
+    this.redelivery = new Redelivery(
+      journal,
+      {
+        produce: (batch, tag, timestamp) => this.produceTagged(batch, tag, timestamp),
+        queueLength: () => this.producer.queueLength(),
+        kafkaAvailable: () => this.state.kafkaAvailable(),
+      },
+      // Redelivery takes librdkafka's queue up to half the limit: new requests keep the other half.
+      Math.ceil(config.queueMaxPoints / 2),
+    );
+    this.reports = new DeliveryReports(metrics, log, (failed) => this.redelivery.fail(failed));
     // Throws on an unknown or invalid property: the worker reports it as a configuration error.
     this.producer = new Kafka.Producer(settings.global, settings.topic);
-    if (typeof this.producer.produceBatch !== 'function') {
-      throw new Error('node-rdkafka lacks produceBatch: patches/ was not applied; run scripts/patch-node-rdkafka.sh (npm ci runs it)');
+    if (typeof this.producer.produceBatch !== 'function' || typeof this.producer.takeAcks !== 'function') {
+      throw new Error('node-rdkafka lacks produceBatch and takeAcks: patches/ was not applied; run scripts/patch-node-rdkafka.sh (npm ci runs it)');
     }
     this.link = new BrokerLink(this.producer, this.state, { brokers: config.brokers, topic: config.topic, log, changed: () => this.updateRefusal() });
     this.brokerErrors = new Throttled(log, 'warn', 'kafka client error');
+    this.journalErrors = new Throttled(log, 'error', 'cannot write the journal: POST /track answers 500 journal_full until it can');
     // node-rdkafka's error events carry only the code's name ("ssl error"); librdkafka says why in its
     // log ("SSL handshake failed: ... certificate verify failed"), passed on here at its level.
     this.clientErrors = new Throttled(log, 'error', 'librdkafka');
     this.clientWarnings = new Throttled(log, 'warn', 'librdkafka');
-    metrics.setQueueSource(() => ({ points: this.queuedPoints, bytes: this.queuedBytes }));
+    metrics.setQueueSource(() => ({ points: this.queuedPoints, bytes: this.statsQueueBytes }));
+    metrics.setJournalSource(() => ({
+      bytes: journal.bytes,
+      records: journal.records,
+      oldestMs: journal.oldestTimestamp,
+      corrupt: journal.corruptRecords,
+      ...this.redelivery.counts,
+    }));
     this.producer.on('delivery-report', (err, report) => this.reports.onReport(err, report));
     this.producer.on('event.error', (err) => this.onError(err));
     this.producer.on('event.stats', (event: { message: string }) => this.onStats(JSON.parse(event.message) as Statistics));
@@ -115,28 +131,13 @@ export class TrackProducer {
   /** Connects in the background and keeps retrying; until then tryEnqueue refuses with 'broker_unavailable'. */
   start(): void {
     this.link.connect();
+    // Records an earlier process left (or an earlier version's spill journal): produced once Kafka is there.
+    if (this.journal.recovering) this.followAcks();
   }
 
-  /** Points accepted and not yet acknowledged by Kafka or failed (librdkafka's count, kept current). */
+  /** Messages in librdkafka's queue, not yet acknowledged or failed (rd_kafka_outq_len, exact). */
   get queuedPoints(): number {
-    return this.queue.points;
-  }
-
-  /** Accepted points whose delivery failed, those spilled, those lost (delivery-reports.ts). */
-  get failedPoints(): number {
-    return this.reports.failed;
-  }
-
-  get spilledPoints(): number {
-    return this.reports.spilled;
-  }
-
-  get lostPoints(): number {
-    return this.reports.lost;
-  }
-
-  get queuedBytes(): number {
-    return this.queue.bytes;
+    return this.link.connected ? this.producer.queueLength() : 0;
   }
 
   /** Resolves true once points are accepted, or false after timeoutMs. */
@@ -155,92 +156,105 @@ export class TrackProducer {
     });
   }
 
-  /** Whether Kafka takes points right now (what a journal replay waits for; the journal's own state aside). */
-  kafkaAvailable(): boolean {
-    return this.state.kafkaAvailable();
-  }
-
-  /** /readyz: what Kafka allows (broker-state.ts), then whether the journal can keep what fails. */
+  /** /readyz: what Kafka allows (broker-state.ts), then whether the journal takes records. */
   readiness(): { ready: boolean; reason: string } {
     const unready = this.state.unreadyReason();
     if (unready !== null) return { ready: false, reason: unready };
-    if (this.journal.writeFailure !== null) return { ready: false, reason: this.journal.writeFailure.message };
-    if (this.spillMustKeep && this.journal.bytes + this.spillReserve > this.journal.capacity) {
-      return { ready: false, reason: `spill journal full: ${this.journal.bytes} of ${this.journal.capacity} bytes (SPILL_MAX_BYTES) hold points waiting for Kafka` };
+    if (!this.journal.writable()) return { ready: false, reason: this.journal.writeFailure?.message ?? 'the journal cannot be written' };
+    if (!this.delivered && !this.journal.fits(this.journalHeadroom)) {
+      return { ready: false, reason: `journal full: ${this.journal.bytes} of ${this.journal.capacity} bytes (JOURNAL_MAX_BYTES) hold points Kafka has not acknowledged` };
     }
     return { ready: true, reason: 'ok' };
   }
 
+  /** Room a worker keeps in the journal to call itself ready: one request of 100 points, about. */
+  private readonly journalHeadroom = 16 * 1024;
+
   /**
-   * Why a request would be refused right now, asked before its body is parsed: under overload the
-   * service spends nothing on points it cannot take (measured before this check: 82 % of a saturated
-   * worker's requests were parsed, validated and encoded, then refused). No side effect: the waiting
-   * room (http/waiting-room.ts) asks it every few milliseconds.
+   * Why a request would be refused right now, asked before its body is read: under overload the
+   * service spends nothing on points it cannot take. No side effect: the waiting room
+   * (http/waiting-room.ts) asks it every few milliseconds.
    */
   admission(): ProducerRefusal | null {
     if (this.refusal !== null) return this.refusal;
-    if (this.queue.full || this.queuedPoints >= this.maxPoints || this.queuedBytes >= this.maxBytes) return 'queue_full';
-    if (this.spillMustKeep && !this.spillHasRoomFor(0, 0)) return 'journal_full';
+    if (this.queuedPoints + this.redelivery.backlog >= this.maxPoints) return 'queue_full';
+    if (!this.delivered && (!this.journal.writable() || !this.journal.fits(this.journalHeadroom))) return 'journal_full';
     return null;
   }
 
   /**
-   * Whether the journal could still take every queued point plus these, should all of them fail:
-   * a 202 is only given to points that are sure to end up in Kafka or in the journal.
-   */
-  private spillHasRoomFor(points: number, bytes: number): boolean {
-    const journal = this.journal;
-    if (journal.writeFailure !== null) return false;
-    const atRisk = this.queuedBytes + bytes + SPILL_RECORD_OVERHEAD_BYTES * (this.queuedPoints + points);
-    return journal.bytes + atRisk <= journal.capacity;
-  }
-
-  /**
-   * Enqueues every point of one request, or none of them; returns null when taken, else why not.
+   * Takes every point of one request, or none; returns null when taken, else why not.
    *
-   * One native call for the whole request (produceBatch, added to node-rdkafka by patches/): its
-   * topic handle is kept from call to call and no JavaScript value is converted per point (README,
-   * "One native call per request").
+   * One native call for the whole request (produceBatch, added to node-rdkafka by patches/), which
+   * stamps every message with the time of acceptance, not the device clock: a device clock hours
+   * ahead would make the broker reject the whole batch.
    *
-   * All or nothing holds because every condition under which librdkafka refuses a message
-   * synchronously is checked before the call:
-   *   ERR__QUEUE_FULL        our high-water mark is far below librdkafka's queue limits
-   *                          (producerSettings), so admitted points fit;
-   *   ERR_MSG_SIZE_TOO_LARGE the largest value is compared with message.max.bytes;
-   *   ERR__FATAL / ERR__STATE / unknown topic  are states we track from events (`refusal`).
-   * What remains is a fatal error raised by librdkafka's thread during this very call: then the
-   * messages already queued fail with ERR__FATAL too and are not written. Should librdkafka still
-   * refuse a message, produceBatch says how many of the request's it queued: the request is
-   * answered 500, the points queued are delivered, and a client retry duplicates them: never a
-   * loss. Both cases are logged and counted as delivery errors.
+   * ACK_MODE=async: the record is written to the journal first, and the 202 stands on it; should
+   * librdkafka refuse some of its messages (a queue full of bytes), they are produced again later
+   * (redelivery.ts). With a ticket (JOURNAL_SYNC=disk) the ticket settles once the record is on the
+   * disk. ACK_MODE=delivered: the ticket settles once Kafka answered for every point; librdkafka
+   * refusing a message midway answers 500 for the request (the points queued are delivered, and a
+   * resend duplicates them: never a loss).
    */
   tryEnqueue(batch: EncodedPoints, ticket: DeliveryTicket | null = null): Refusal | null {
     if (this.refusal !== null) return this.refusal;
     const count = batch.count;
-    if (this.queuedPoints + count > this.maxPoints || this.queuedBytes + batch.bytes > this.maxBytes) {
-      this.queue.refused();
-      return 'queue_full';
-    }
+    // The queue is librdkafka's and what waits to be produced again (redelivery.ts): both in memory.
+    if (this.queuedPoints + this.redelivery.backlog + count > this.maxPoints) return 'queue_full';
     if (batch.largestValue > this.messageMaxBytes) return 'message_too_large';
-    if (this.spillMustKeep && !this.spillHasRoomFor(count, batch.bytes)) return 'journal_full';
+    if (this.delivered) return this.enqueueDelivered(batch, ticket ?? newTicket(() => {}));
 
-    // produceBatch stamps every message with the time of this call, the time of acceptance, not the
-    // device clock (README, "The Kafka messages"): a device clock hours ahead would make the broker
-    // reject the whole batch.
+    if (!this.journal.fits(recordBytes(batch))) return 'journal_full';
+    const timestamp = Date.now();
+    let record;
     try {
-      if (ticket === null) {
-        this.producer.produceBatch(this.topic, batch.data, batch.messages);
-      } else {
-        ticket.remaining = count;
-        ticket.enqueuedAt = performance.now();
-        this.producer.produceBatch(this.topic, batch.data, batch.messages, ticket);
-        this.deadlines.watch(ticket);
-      }
+      record = this.journal.append(batch, timestamp);
+    } catch (err) {
+      this.journalErrors.report({ err });
+      return 'journal_full';
+    }
+    const taken = this.produceTagged(batch, record.id, timestamp);
+    if (taken < count) this.redelivery.keepUnproduced(record.id, batch, taken);
+    this.followAcks();
+    if (ticket !== null) {
+      ticket.remaining = count;
+      this.journal.afterCommit((err) => {
+        if (err !== null) {
+          // Not on the disk: the request is answered 500 (its points may still reach Kafka: a resend may duplicate them).
+          ticket.failed = count;
+          ticket.uncertain = count;
+          ticket.firstError = err.message;
+        }
+        ticket.remaining = 0;
+        ticket.settled = true;
+        ticket.settle(ticket);
+      });
+    }
+    return null;
+  }
+
+  /** produceBatch under a record's tag; returns how many of its messages librdkafka took. */
+  private produceTagged(batch: JournalBatch, tag: number, timestamp: number): number {
+    try {
+      return this.producer.produceBatch(this.topic, batch.data, batch.messages, tag, timestamp);
+    } catch (err) {
+      const enqueued = enqueuedBefore(err);
+      this.brokerErrors.report({ err, enqueued, count: batch.count, kept: 'in the journal, produced again later' });
+      return enqueued;
+    }
+  }
+
+  private enqueueDelivered(batch: EncodedPoints, ticket: DeliveryTicket): Refusal | null {
+    const count = batch.count;
+    try {
+      ticket.remaining = count;
+      ticket.enqueuedAt = performance.now();
+      this.producer.produceBatch(this.topic, batch.data, batch.messages, ticket);
+      this.deadlines.watch(ticket);
     } catch (err) {
       // Only the points already queued will report: the request is answered 500 now, not by settle().
       const enqueued = enqueuedBefore(err);
-      if (ticket !== null) ticket.remaining = enqueued;
-      this.queue.added(enqueued, enqueued === 0 ? 0 : batch.bytes); // an over-count only makes the limit stricter
+      ticket.remaining = enqueued;
       if (enqueued > 0) {
         this.metrics.deliveryErrors.labels('PARTIAL_ENQUEUE').inc(enqueued);
         this.log.error({ err, enqueued, count }, 'produce failed midway: the points already queued will be delivered; the client gets 500 and may resend them (duplicates, never a loss)');
@@ -249,13 +263,47 @@ export class TrackProducer {
       }
       return 'producer_failed';
     }
-    this.queue.added(count, batch.bytes);
     return null;
+  }
+
+  // ---- acknowledgements ------------------------------------------------------------------------
+
+  /** Reads acknowledgements every poll while records are in flight or left to produce again. */
+  private followAcks(): void {
+    this.ackTimer ??= setInterval(() => this.takeAcks(), POLL_INTERVAL_MS);
+  }
+
+  /**
+   * Kafka's acknowledgements since the last poll, counted per record by librdkafka: each record done
+   * is marked in the journal (its segment deleted once all its records are), its delivery latency
+   * observed. Then what is to be produced again gets its turn.
+   */
+  private takeAcks(): void {
+    const acks = this.link.connected ? this.producer.takeAcks() : undefined;
+    if (acks !== undefined) {
+      let acknowledged = 0;
+      const now = performance.now();
+      for (let i = 0; i < acks.length; i += 2) {
+        const n = acks[i + 1]!;
+        acknowledged += n;
+        const done = this.journal.acknowledged(acks[i]!, n);
+        if (done !== null) this.metrics.deliveryLatency.observe((now - done.producedAt) / 1000);
+      }
+      this.metrics.delivered.inc(acknowledged);
+      this.redelivery.acknowledged();
+      this.journal.flushMarks();
+    }
+    this.redelivery.pass();
+    if (this.journal.records === 0 && !this.journal.recovering && this.redelivery.backlog === 0 && this.ackTimer !== null) {
+      clearInterval(this.ackTimer);
+      this.ackTimer = null;
+    }
   }
 
   /**
    * Stops taking points and waits until every queued point is acknowledged or has failed, at most
-   * timeoutMs. Returns how many were still outstanding (0 when everything was delivered).
+   * timeoutMs. Returns how many points Kafka has not acknowledged: in ACK_MODE=async they stay in
+   * the journal for the next start.
    */
   async drain(timeoutMs: number): Promise<number> {
     this.state.onStopping();
@@ -263,26 +311,21 @@ export class TrackProducer {
     this.link.stop();
     const deadline = Date.now() + timeoutMs;
     // librdkafka's flush succeeds once its queue is empty: every message acknowledged or failed.
-    // Until a flush has said so, count at least one point as outstanding (our count may lag by 100 ms).
-    let left = this.link.connected ? Math.max(1, this.queuedPoints) : this.queuedPoints;
-    while (left !== 0 && this.link.connected && Date.now() < deadline) {
-      const timedOut = await new Promise<boolean>((resolve) => {
-        this.producer.flush(Math.max(1, Math.min(500, deadline - Date.now())), (err) => resolve(Boolean(err)));
+    let flushed = !this.link.connected;
+    while (!flushed && Date.now() < deadline) {
+      flushed = await new Promise<boolean>((resolve) => {
+        this.producer.flush(Math.max(1, Math.min(500, deadline - Date.now())), (err) => resolve(!err));
       });
-      left = timedOut ? Math.max(1, this.queuedPoints) : 0;
     }
     // Failure reports of the last messages reach JavaScript through the poll loop; give it a turn.
-    // What failed is then in the journal's write buffer: the worker closes the journal after this.
     await new Promise((r) => setTimeout(r, POLL_INTERVAL_MS * 2));
+    this.takeAcks();
+    if (this.ackTimer !== null) clearInterval(this.ackTimer);
+    this.ackTimer = null;
     this.reports.flushLog();
+    const left = this.delivered ? (flushed ? 0 : Math.max(1, this.queuedPoints)) : this.journal.pendingPoints;
     await this.link.disconnect(deadline - Date.now());
     return left;
-  }
-
-  /** The journal lost a batch it could not write (the disk refused). */
-  journalWriteFailed(records: number): void {
-    this.reports.journalWriteFailed(records);
-    this.updateRefusal();
   }
 
   // ---- events from node-rdkafka -----------------------------------------------------------------
@@ -290,7 +333,7 @@ export class TrackProducer {
   private onError(err: Kafka.LibrdKafkaError): void {
     if (err.isFatal) {
       this.state.onFatalError();
-      this.log.fatal({ err }, 'fatal kafka producer error: this worker stops taking points and is replaced (ACK_MODE=async: what failed is spilled)');
+      this.log.fatal({ err }, 'fatal kafka producer error: this worker stops taking points and is replaced (ACK_MODE=async: the journal keeps what Kafka has not acknowledged)');
       this.updateRefusal();
       this.onFatal?.();
       return;
@@ -317,8 +360,7 @@ export class TrackProducer {
   }
 
   private onStats(stats: Statistics): void {
-    const acknowledged = this.queue.onStatistics(stats.msg_cnt, stats.msg_size, this.reports.failed, statisticsTakenAt(stats));
-    if (acknowledged > 0) this.metrics.delivered.inc(acknowledged);
+    this.statsQueueBytes = stats.msg_size;
     this.statistics.export(stats);
     const change = this.state.onStatistics(realBrokers(stats), topicLeaders(stats, this.topic));
     // Reset first: a broker librdkafka no longer lists would otherwise keep its last silence.
@@ -343,6 +385,8 @@ export class TrackProducer {
     if (this.refusal === null) {
       for (const waiter of this.acceptingWaiters) waiter();
       this.acceptingWaiters.clear();
+      // Kafka takes points again: what waits in the journal gets its turn at the next poll.
+      if (this.journal.recovering || this.redelivery.backlog > 0) this.followAcks();
     }
   }
 }

@@ -46,11 +46,11 @@ export function producerSettings(config: Config, clientId: string): ProducerSett
 
 /** The properties the service sets itself (node-rdkafka's own dr_cb / dr_msg_cb among them). */
 function serviceProperties(config: Config, clientId: string): Properties {
-  // librdkafka's own queue limits sit well above our high-water mark, so that produceBatch() never
-  // meets QUEUE_FULL for a request we have admitted: our estimate of the queue may exceed
-  // librdkafka's by what was acknowledged since its last statistics, never fall short of it
-  // (queue-accounting.ts); the headroom, half the high-water mark plus one maximal request, is a
-  // margin should it ever fall short. Its byte count includes keys.
+  // librdkafka's own queue limits sit above our high-water mark, which admission holds against its own
+  // count (rd_kafka_outq_len): the headroom, half the mark plus one maximal request, is for what is
+  // produced again (redelivery.ts) beside new requests. Should librdkafka still refuse messages (its
+  // byte limit), the request is in the journal already and they are produced again later. Its byte
+  // count includes keys.
   const maxKeyBytes = CONTAINER_ID_MAX_LENGTH * 3;
   const librdMessages = Math.ceil(config.queueMaxPoints * 1.5) + config.maxPoints;
   const librdKbytes = Math.ceil((config.queueMaxBytes * 1.5 + 4 * config.maxBodyBytes + librdMessages * maxKeyBytes) / 1024);
@@ -74,9 +74,9 @@ function serviceProperties(config: Config, clientId: string): Properties {
     // Java client's default, 1 s, costs one connection attempt per broker a second during an outage.
     'reconnect.backoff.max.ms': 1_000,
     ...(config.ackMode === 'async'
-      ? // Reports only for failed messages (producer.ts says why), with the message to spill;
-        // for every message when DELIVERY_LATENCY_HISTOGRAM=1 asks for the latency of each.
-        { dr_msg_cb: true, 'delivery.report.only.error': !config.deliveryLatencyHistogram }
+      ? // Reports only for failed messages, with the message to produce again; librdkafka counts
+        // the acknowledgements per journal record (producer.ts says why).
+        { dr_msg_cb: true, 'delivery.report.only.error': true }
       : // A report per message; a request waits for Kafka at most DELIVERY_TIMEOUT_MS (topic-level).
         { dr_cb: true, 'delivery.report.only.error': false, 'message.timeout.ms': config.deliveryTimeoutMs }),
   };

@@ -219,7 +219,7 @@ describe('on a 3-broker cluster under load', () => {
   });
 
   for (const mode of ['delivered', 'async'] as const) {
-    it(`kill -9 of a worker under load, ACK_MODE=${mode}: replaced within a second; ${mode === 'delivered' ? 'no acknowledged point lost' : 'the loss window measured'}`, { timeout: 180_000 }, async () => {
+    it(`kill -9 of a worker under load, ACK_MODE=${mode}: replaced within a second; no accepted point lost`, { timeout: 180_000 }, async () => {
       const topic = await clusterTopic(`kill-worker-${mode}`);
       const svc = await startService({ MQ_BROKERS: CLUSTER, MQ_TOPIC: topic, WORKERS: '2', ACK_MODE: mode });
       const load = new AccountedLoad(svc.url, { connections: 16 });
@@ -249,14 +249,14 @@ describe('on a 3-broker cluster under load', () => {
         await load.stop();
       }
       const a = await readBack(topic, load, load.accepted);
-      record(`kill -9 one of 2 workers, ACK_MODE=${mode}`, a, `(after the kill: ${steps})`);
+      record(`kill -9 one of 2 workers, ACK_MODE=${mode}`, a, `(after the kill: ${steps}; produced again from the journal: ${await metric(svc.url, 'ingest_journal_replayed_points_total{cause="restart"}')})`);
       expect(replacedMs).toBeGreaterThan(0);
       expect(replacedMs).toBeLessThan(1_000);
       expect(a.hangs).toBe(0);
-      expect(a.duplicated).toBe(0);
-      if (mode === 'delivered') expect(a.lost).toBe(0);
-      // async: what the killed worker held unacknowledged is the documented window; the rest arrived.
-      else expect(a.lost).toBeLessThan(a.accepted / 2);
+      // Nothing answered 202 is lost: delivered, Kafka had it; async, the replacement produced the
+      // dead worker's journal again. Duplicates are async's price of a crash (at least once), delivered has none.
+      expect(a.lost).toBe(0);
+      if (mode === 'delivered') expect(a.duplicated).toBe(0);
       expect(await svc.stop()).toBe(0);
     });
   }

@@ -38,9 +38,9 @@ export async function stopLeftoverServices(): Promise<void> {
 }
 
 
-/** A fresh, empty spill directory. */
-export function spillDir(): string {
-  return mkdtempSync(join(tmpdir(), 'ingest-spill-'));
+/** A fresh, empty journal directory. */
+export function journalDir(): string {
+  return mkdtempSync(join(tmpdir(), 'ingest-journal-'));
 }
 
 export interface Service {
@@ -63,8 +63,8 @@ export interface StartOptions {
 export async function startService(env: Record<string, string>, opts: StartOptions = {}): Promise<Service> {
   const port = env.LISTEN_ADDR === undefined ? await freePort() : Number(env.LISTEN_ADDR.split(':').pop());
   const proc = spawn(process.execPath, [MAIN], {
-    // A spill directory of its own unless the test gives one (to restart a service on the same journal).
-    env: { ...process.env, MQ_BROKERS: BROKERS, LISTEN_ADDR: `127.0.0.1:${port}`, WORKERS: '1', LOG_LEVEL: 'info', SPILL_DIR: spillDir(), ...env },
+    // A journal directory of its own unless the test gives one (to restart a service on the same journal).
+    env: { ...process.env, MQ_BROKERS: BROKERS, LISTEN_ADDR: `127.0.0.1:${port}`, WORKERS: '1', LOG_LEVEL: 'info', JOURNAL_DIR: journalDir(), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   running.add(proc);

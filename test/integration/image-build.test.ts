@@ -27,13 +27,13 @@ describe.runIf(enabled)('scripts/image-build.sh', () => {
       execFileSync('sha256sum', ['--check', '--status', '.librdkafka-patches.sha256'], { cwd: join(out, 'node_modules/node-rdkafka/build/deps') });
       const port = await freePort();
       const asUser = process.getuid?.() === 0 ? ['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups'] : [];
-      // The image's volume for the spill journal, owned by the service's user as the Dockerfile does.
-      const spill = join(dir, 'spill');
-      mkdirSync(spill);
-      if (asUser.length > 0) chownSync(spill, 65534, 65534);
+      // The image's volume for the journal, owned by the service's user as the Dockerfile does.
+      const journal = join(dir, 'journal');
+      mkdirSync(journal);
+      if (asUser.length > 0) chownSync(journal, 65534, 65534);
       const proc = spawn(asUser[0] ?? process.execPath, [...asUser.slice(1), ...(asUser.length ? [process.execPath] : []), 'dist/src/main.js'], {
         cwd: out,
-        env: { ...process.env, MQ_BROKERS: BROKERS, LISTEN_ADDR: `127.0.0.1:${port}`, WORKERS: '1', SPILL_DIR: spill },
+        env: { ...process.env, MQ_BROKERS: BROKERS, LISTEN_ADDR: `127.0.0.1:${port}`, WORKERS: '1', JOURNAL_DIR: journal },
         stdio: 'inherit',
       });
       try {

@@ -43,7 +43,7 @@ describe('Grafana dashboard', () => {
 });
 
 describe('Kubernetes manifests', () => {
-  const deployment = parse(read('deploy/k8s/deployment.yaml'));
+  const deployment = parse(read('deploy/k8s/statefulset.yaml'));
   const spec = deployment.spec.template.spec;
   const container = spec.containers[0];
   const env = Object.fromEntries(container.env.map((e: { name: string; value: string }) => [e.name, e.value]));
@@ -63,6 +63,17 @@ describe('Kubernetes manifests', () => {
   it('lets the producers flush: grace period > preStop + SHUTDOWN_TIMEOUT_MS', () => {
     const flushS = Number(env.SHUTDOWN_TIMEOUT_MS ?? DEFAULTS.SHUTDOWN_TIMEOUT_MS) / 1000;
     expect(spec.terminationGracePeriodSeconds).toBeGreaterThan(container.lifecycle.preStop.sleep.seconds + flushS);
+  });
+
+  it("keeps each pod's journal on a volume of its own, as large as JOURNAL_MAX_BYTES for every worker, and writable by it", () => {
+    expect(deployment.kind).toBe('StatefulSet');
+    const mount = container.volumeMounts.find((m: { mountPath: string }) => m.mountPath === env.JOURNAL_DIR);
+    expect(mount, 'JOURNAL_DIR is a mounted volume').toBeDefined();
+    const claim = deployment.spec.volumeClaimTemplates.find((c: { metadata: { name: string } }) => c.metadata.name === mount.name);
+    expect(claim, 'the volume is a claim per pod').toBeDefined();
+    const gib = Number(/^(\d+)Gi$/.exec(claim.spec.resources.requests.storage)?.[1]);
+    expect(gib * 2 ** 30).toBeGreaterThanOrEqual(Number(env.JOURNAL_MAX_BYTES ?? DEFAULTS.JOURNAL_MAX_BYTES) * Number(env.WORKERS));
+    expect(spec.securityContext.fsGroup).toBe(spec.securityContext.runAsUser);
   });
 
   it('runs as non-root', () => {
@@ -140,7 +151,7 @@ describe('gateways in front of the service', () => {
   it('Ingress (ingress-nginx): the body limit is MAX_BODY_BYTES, HTTP/1.1 upstream, idle upstream connections closed first, only /track public', () => {
     const [ingress, controller] = parseAllDocuments(read('deploy/k8s/ingress.yaml')).map((d) => d.toJS());
     const a = ingress.metadata.annotations as Record<string, string>;
-    const env = Object.fromEntries(parse(read('deploy/k8s/deployment.yaml')).spec.template.spec.containers[0].env.map((e: { name: string; value: string }) => [e.name, e.value]));
+    const env = Object.fromEntries(parse(read('deploy/k8s/statefulset.yaml')).spec.template.spec.containers[0].env.map((e: { name: string; value: string }) => [e.name, e.value]));
     const maxBody = Number(env.MAX_BODY_BYTES ?? DEFAULTS.MAX_BODY_BYTES);
     const size = /^(\d+)([km]?)$/.exec(a['nginx.ingress.kubernetes.io/proxy-body-size'] ?? '');
     expect(Number(size?.[1]) * ({ '': 1, k: 1024, m: 1024 * 1024 }[size?.[2] ?? ''] ?? NaN)).toBe(maxBody);

@@ -1,0 +1,593 @@
+// The write-ahead journal of one worker slot: every request accepted in ACK_MODE=async is a record
+// here before it is answered 202, and stays until Kafka has acknowledged every point of it. A crash
+// of the worker (kill -9, an OOM kill, a native crash) or of the whole service loses nothing: the
+// next worker in the slot, or the next start, produces again what is left.
+//
+//   append ──▶ segment file (written to the OS; with JOURNAL_SYNC=disk also fdatasync'd before the 202)
+//     │                                  each record has an id: produceBatch's tag (kafka/producer.ts)
+//     ▼
+//   acknowledged(id, n) ── all its points acknowledged ──▶ marked done (.acks beside the segment)
+//     a segment whose records are all done, and that takes no more, is deleted with its marks
+//
+//   open ──▶ the segments a worker of this slot left (slot 0 also takes those of slots that no longer
+//            exist) are recovered: their records not marked done are read back (nextRecovered) and
+//            produced again, with the timestamps they were accepted with: at least once.
+//
+// Files: `slot-<slot>.<seq>.wal` (records, record.ts) and `slot-<slot>.<seq>.acks` (u32 indexes of the
+// records done, in the order they were done). One slot's files are written by one process at a time
+// (a replacement takes a dead worker's slot), so nothing needs a lock. The marks spare a restart the
+// records Kafka had already acknowledged; a record acknowledged after its mark was last written (at
+// most one poll interval, 10 ms) is produced again: a duplicate, counted as possible.
+//
+// Writes are synchronous: a record is in the OS before the request is answered, whatever the event
+// loop does next, and the order of records is the order of requests. With JOURNAL_SYNC=disk the 202
+// also waits for an fdatasync of the segment, made for every request that came in the meantime at
+// once (group commit: as often as the disk allows, from the threadpool, not the event loop).
+import { closeSync, fdatasync, fdatasyncSync, fsync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, statfsSync, statSync, unlinkSync, writeSync, writevSync } from 'node:fs';
+import { join } from 'node:path';
+import { crc32 } from 'node:zlib';
+import { offsetBytes, readRecord, RECORD_HEADER_BYTES, recordBytes, writeHeader, type JournalBatch, type JournalRecord } from './record.js';
+
+/** A segment takes no more records past this size (a larger record still gets a segment of its own). */
+export const SEGMENT_MAX_BYTES = 16 * 1024 * 1024;
+/** The active segment is rolled over once everything in it is done and it holds this much. */
+const ROLL_WHEN_DONE_BYTES = 1024 * 1024;
+/** After a failed write, how often the free space of the journal's file system is looked at. */
+const PROBE_INTERVAL_MS = 1_000;
+/** Record ids wrap here: produceBatch's tags are 0 to 2^31 - 1. */
+const ID_LIMIT = 2 ** 31;
+const FILE_RE = /^slot-(\d+)\.(\d{12})\.wal$/;
+/** The spill journal of earlier versions: records that failed after their 202, imported at open. */
+const LEGACY_RE = /^worker-(\d+)\.(\d{12})\.spill$/;
+
+export type JournalSync = 'process' | 'disk';
+
+export class JournalError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'JournalError';
+  }
+}
+
+export interface JournalOptions {
+  dir: string;
+  slot: number;
+  /** Slots in use (WORKERS): slot 0 recovers the files of slots at or above it. */
+  slots: number;
+  maxBytes: number;
+  sync: JournalSync;
+  /** A record whose CRC does not match, or a file that ends in a torn record: counted and skipped. */
+  onCorrupt?: (file: string, at: number, what: string) => void;
+}
+
+interface Segment {
+  readonly seq: number;
+  readonly slot: number;
+  readonly path: string;
+  /** Open for appending (the active segment), or null. */
+  fd: number | null;
+  bytes: number;
+  /** Records in it (recovered: read so far), and of those, done. */
+  records: number;
+  done: number;
+  /** Takes no more records: rolled over, or recovered and read to its end. */
+  sealed: boolean;
+  readonly recovered: boolean;
+  /** Indexes marked done: written to .acks at the next flushMarks(). */
+  marks: number[];
+  /** Recovered: indexes already marked done by an earlier process. */
+  readonly doneBefore: ReadonlySet<number>;
+}
+
+/** A record Kafka has not yet acknowledged all points of. */
+export interface InFlightRecord {
+  readonly id: number;
+  readonly segment: Segment;
+  readonly index: number;
+  readonly points: number;
+  /** Points not yet acknowledged. */
+  remaining: number;
+  /** When it was accepted, ms since the epoch (its Kafka timestamp). */
+  readonly timestamp: number;
+  /** When this process produced it (performance.now()): the delivery latency counts from there. */
+  readonly producedAt: number;
+}
+
+export class Journal {
+  readonly dir: string;
+  private readonly slot: number;
+  private readonly maxBytes: number;
+  readonly sync: JournalSync;
+  private readonly onCorrupt: JournalOptions['onCorrupt'];
+  /** Every segment not yet deleted, oldest first; the last is the active one (when not recovered). */
+  private readonly segments: Segment[] = [];
+  private active: Segment | null = null;
+  private nextSeq = 0;
+  private nextId = 0;
+  private heldBytes = 0;
+  private readonly inFlight = new Map<number, InFlightRecord>();
+  /** Recovered segments still to read, and the records read and not yet handed out. */
+  private readonly toRecover: Segment[] = [];
+  private recoveredQueue: { segment: Segment; index: number; record: JournalRecord }[] = [];
+  /** The last append failed (disk full, I/O error): cleared by the next that succeeds (see writable()). */
+  writeFailure: JournalError | null = null;
+  private failedBytes = 0;
+  private lastProbeAt = 0;
+  /** Counts, for the metrics. */
+  corruptRecords = 0;
+  private readonly header = Buffer.alloc(RECORD_HEADER_BYTES);
+  // JOURNAL_SYNC=disk: the group commit.
+  private commitWaiters: ((err: Error | null) => void)[] = [];
+  private committing = false;
+  private readonly unsynced = new Set<number>();
+  private readonly closeAfterSync = new Set<number>();
+  private dirUnsynced = false;
+
+  /** Creates the directory if needed and finds what earlier processes left. Throws JournalError. */
+  constructor(opts: JournalOptions) {
+    this.dir = opts.dir;
+    this.slot = opts.slot;
+    this.maxBytes = opts.maxBytes;
+    this.sync = opts.sync;
+    this.onCorrupt = opts.onCorrupt;
+    let names: string[];
+    try {
+      mkdirSync(this.dir, { recursive: true });
+      names = readdirSync(this.dir);
+    } catch (err) {
+      throw new JournalError(`cannot use the journal directory ${this.dir} (JOURNAL_DIR): ${(err as Error).message}`, { cause: err });
+    }
+    const ours = (slot: number) => slot === this.slot || (this.slot === 0 && slot >= opts.slots);
+    const found: { slot: number; seq: number; name: string }[] = [];
+    const legacy: string[] = [];
+    for (const name of names) {
+      const m = FILE_RE.exec(name);
+      if (m !== null) {
+        const slot = Number(m[1]);
+        const seq = Number(m[2]);
+        if (slot === this.slot) this.nextSeq = Math.max(this.nextSeq, seq + 1);
+        if (ours(slot)) found.push({ slot, seq, name });
+        continue;
+      }
+      const l = LEGACY_RE.exec(name);
+      if (l !== null && ours(Number(l[1]))) legacy.push(name);
+    }
+    found.sort((a, b) => a.slot - b.slot || a.seq - b.seq);
+    for (const f of found) {
+      const path = join(this.dir, f.name);
+      const bytes = statSync(path).size;
+      const segment: Segment = {
+        seq: f.seq, slot: f.slot, path, fd: null, bytes, records: 0, done: 0, sealed: false, recovered: true, marks: [],
+        doneBefore: readMarks(marksPath(path)),
+      };
+      this.segments.push(segment);
+      this.toRecover.push(segment);
+      this.heldBytes += bytes;
+    }
+    // The spill journal of an earlier version: its points go into this journal (on the disk in
+    // JOURNAL_SYNC=disk mode), then its files go; they are produced again as recovered records are.
+    if (legacy.length === 0) return;
+    for (const name of legacy.sort()) {
+      const path = join(this.dir, name);
+      for (const record of readLegacySpill(path, (at, what) => this.corrupt(path, at, what))) {
+        const { segment, index } = this.write(record, record.timestamp);
+        this.recoveredQueue.push({ segment, index, record });
+      }
+    }
+    if (this.active?.fd != null) fdatasyncSync(this.active.fd);
+    for (const name of legacy) unlinkSync(join(this.dir, name));
+  }
+
+  // ---- appending ------------------------------------------------------------------------------
+
+  /** Whether a record of `bytes` fits under JOURNAL_MAX_BYTES now. */
+  fits(bytes: number): boolean {
+    if (this.heldBytes + bytes <= this.maxBytes) return true;
+    // The active segment's records may all be done: it goes, and its bytes with it.
+    const active = this.active;
+    if (active !== null && active.records > 0 && active.done === active.records) this.seal(active);
+    return this.heldBytes + bytes <= this.maxBytes;
+  }
+
+  /**
+   * Whether records can be written: no write has failed since the last that succeeded, or the disk
+   * has room again for twice the record that failed (statfs, looked at once a second at most). A
+   * failure other than a full disk (an I/O error, a read-only file system) shows at the next try.
+   */
+  writable(): boolean {
+    if (this.writeFailure === null) return true;
+    const now = Date.now();
+    if (now - this.lastProbeAt < PROBE_INTERVAL_MS) return false;
+    this.lastProbeAt = now;
+    try {
+      const fs = statfsSync(this.dir);
+      if (fs.bavail * fs.bsize >= 2 * this.failedBytes) this.writeFailure = null;
+    } catch {
+      /* still failing */
+    }
+    return this.writeFailure === null;
+  }
+
+  /**
+   * Writes the record of one accepted request; returns its id (produceBatch's tag), in flight until
+   * Kafka has acknowledged all its points. Throws JournalError when the disk refuses it, having kept
+   * nothing of it (the file is cut back to before it).
+   */
+  append(batch: JournalBatch, timestamp: number): InFlightRecord {
+    const { segment, index } = this.write(batch, timestamp);
+    return this.track(segment, index, batch.count, timestamp);
+  }
+
+  /** Writes a record into the active segment; returns where it is. */
+  private write(batch: JournalBatch, timestamp: number): { segment: Segment; index: number } {
+    const bytes = recordBytes(batch);
+    const segment = this.activeFor(bytes);
+    const offsets = offsetBytes(batch);
+    writeHeader(this.header, batch, timestamp, offsets);
+    try {
+      let written = writevSync(segment.fd!, [this.header, offsets, batch.data]);
+      // writev may write part of it (a disk nearly full): the rest, or the error that says why.
+      while (written < bytes) written += writeRest(segment.fd!, [this.header, offsets, batch.data], written);
+    } catch (err) {
+      this.failedBytes = bytes;
+      this.writeFailed(segment, err);
+    }
+    this.writeFailure = null;
+    segment.bytes += bytes;
+    this.heldBytes += bytes;
+    if (this.sync === 'disk') this.unsynced.add(segment.fd!);
+    return { segment, index: segment.records++ };
+  }
+
+  /** The segment to append `bytes` to: the active one, or a new one when it would grow past its size. */
+  private activeFor(bytes: number): Segment {
+    const active = this.active;
+    if (active !== null && (active.bytes === 0 || active.bytes + bytes <= SEGMENT_MAX_BYTES)) return active;
+    if (active !== null) this.seal(active);
+    const seq = this.nextSeq++;
+    const path = join(this.dir, `slot-${this.slot}.${String(seq).padStart(12, '0')}.wal`);
+    let fd: number;
+    try {
+      fd = openSync(path, 'wx');
+    } catch (err) {
+      this.writeFailure = new JournalError(`cannot create the journal file ${path}: ${(err as Error).message}`, { cause: err });
+      throw this.writeFailure;
+    }
+    const segment: Segment = { seq, slot: this.slot, path, fd, bytes: 0, records: 0, done: 0, sealed: false, recovered: false, marks: [], doneBefore: new Set() };
+    this.segments.push(segment);
+    this.active = segment;
+    this.dirUnsynced = true;
+    return segment;
+  }
+
+  /** A write that failed: the file is cut back to its records, and the error kept for readiness. */
+  private writeFailed(segment: Segment, err: unknown): never {
+    this.writeFailure = new JournalError(`cannot write the journal file ${segment.path}: ${(err as Error).message}`, { cause: err });
+    try {
+      ftruncateSync(segment.fd!, segment.bytes);
+    } catch {
+      // Cannot cut it back either: take no more records into it (reading stops at the torn record).
+      this.seal(segment);
+    }
+    throw this.writeFailure;
+  }
+
+  private seal(segment: Segment): void {
+    segment.sealed = true;
+    if (this.active === segment) this.active = null;
+    if (segment.fd !== null) {
+      if (this.sync === 'disk' && this.unsynced.has(segment.fd)) this.closeAfterSync.add(segment.fd);
+      else closeSync(segment.fd);
+      segment.fd = null;
+    }
+    this.deleteIfDone(segment);
+  }
+
+  private track(segment: Segment, index: number, points: number, timestamp: number): InFlightRecord {
+    const id = this.nextId;
+    this.nextId = (this.nextId + 1) % ID_LIMIT;
+    const record: InFlightRecord = { id, segment, index, points, remaining: points, timestamp, producedAt: performance.now() };
+    this.inFlight.set(id, record);
+    return record;
+  }
+
+  // ---- acknowledgements -----------------------------------------------------------------------
+
+  /** The record of this id, while in flight. */
+  get(id: number): InFlightRecord | undefined {
+    return this.inFlight.get(id);
+  }
+
+  /**
+   * Kafka acknowledged `count` points of record `id` (takeAcks). Returns the record once all its
+   * points are (it is then done: marked, and its segment deleted once all of it is), else null.
+   */
+  acknowledged(id: number, count: number): InFlightRecord | null {
+    const record = this.inFlight.get(id);
+    if (record === undefined) return null;
+    record.remaining -= count;
+    if (record.remaining > 0) return null;
+    this.inFlight.delete(id);
+    const segment = record.segment;
+    segment.done++;
+    segment.marks.push(record.index);
+    // An active segment whose records are all done need not wait to fill up before it goes.
+    if (segment === this.active && segment.done === segment.records && (segment.bytes >= ROLL_WHEN_DONE_BYTES || this.writeFailure !== null)) this.seal(segment);
+    else this.deleteIfDone(segment);
+    return record;
+  }
+
+  /** Writes the marks of the records done since the last call (once per poll, not per record). */
+  flushMarks(): void {
+    for (const segment of this.segments) {
+      if (segment.marks.length === 0) continue;
+      const marks = Uint32Array.from(segment.marks);
+      segment.marks = [];
+      try {
+        const fd = openSync(marksPath(segment.path), 'a');
+        try {
+          writeSync(fd, new Uint8Array(marks.buffer));
+        } finally {
+          closeSync(fd);
+        }
+      } catch {
+        // A mark not written costs a duplicate after a restart, never a point: not worth a refusal.
+      }
+    }
+  }
+
+  private deleteIfDone(segment: Segment): void {
+    if (!segment.sealed || segment.done < segment.records) return;
+    if (segment.fd !== null) closeSync(segment.fd);
+    segment.fd = null;
+    unlinkIfThere(segment.path);
+    unlinkIfThere(marksPath(segment.path));
+    segment.marks = [];
+    this.heldBytes -= segment.bytes;
+    this.segments.splice(this.segments.indexOf(segment), 1);
+  }
+
+  // ---- recovery -------------------------------------------------------------------------------
+
+  /** Whether records left by an earlier process are still to be produced again. */
+  get recovering(): boolean {
+    return this.toRecover.length > 0 || this.recoveredQueue.length > 0;
+  }
+
+  /**
+   * Up to `max` records left by an earlier process and not marked done, in the order they were
+   * written, each in flight under a new id; none once all are handed out.
+   */
+  nextRecovered(max: number): { record: JournalRecord; inFlight: InFlightRecord }[] {
+    const out: { record: JournalRecord; inFlight: InFlightRecord }[] = [];
+    while (out.length < max) {
+      if (this.recoveredQueue.length === 0) {
+        const segment = this.toRecover.shift();
+        if (segment === undefined) break;
+        this.recoveredQueue = this.readSegment(segment);
+        continue;
+      }
+      const next = this.recoveredQueue.shift()!;
+      out.push({ record: next.record, inFlight: this.track(next.segment, next.index, next.record.count, next.record.timestamp) });
+    }
+    return out;
+  }
+
+  /** A recovered segment's records not marked done; the segment is read whole (at most 16 MiB usually). */
+  private readSegment(segment: Segment): { segment: Segment; index: number; record: JournalRecord }[] {
+    let buf: Buffer;
+    try {
+      buf = readFileSync(segment.path);
+    } catch (err) {
+      this.corrupt(segment.path, 0, `cannot be read: ${(err as Error).message}`);
+      buf = Buffer.alloc(0);
+    }
+    const records: { segment: Segment; index: number; record: JournalRecord }[] = [];
+    let at = 0;
+    let index = 0;
+    while (at < buf.byteLength) {
+      const r = readRecord(buf, at, buf.byteLength - at);
+      if (r.kind === 'record') {
+        if (!segment.doneBefore.has(index)) records.push({ segment, index, record: r.record });
+        at += r.bytes;
+        index++;
+      } else if (r.kind === 'corrupt') {
+        this.corrupt(segment.path, at, 'a record whose checksum does not match; skipped');
+        at += r.bytes;
+        index++;
+      } else {
+        this.corrupt(segment.path, at, `${buf.byteLength - at} bytes that are not a whole record (a write cut short); the file is read up to them`);
+        break;
+      }
+    }
+    // The records not produced again count as done already: the segment goes once the others are.
+    segment.records = index;
+    segment.done = index - records.length;
+    segment.sealed = true;
+    if (records.length === 0) this.deleteIfDone(segment);
+    return records;
+  }
+
+  private corrupt(file: string, at: number, what: string): void {
+    this.corruptRecords++;
+    this.onCorrupt?.(file, at, what);
+  }
+
+  // ---- JOURNAL_SYNC=disk ----------------------------------------------------------------------
+
+  /**
+   * Calls `done` once every record appended so far is on the disk (fdatasync'd, and the directory
+   * that names its file). In JOURNAL_SYNC=process mode at once. One fdatasync serves every request
+   * that came while the one before ran.
+   */
+  afterCommit(done: (err: Error | null) => void): void {
+    if (this.sync === 'process') return done(null);
+    this.commitWaiters.push(done);
+    if (!this.committing) this.commitNow();
+  }
+
+  private commitNow(): void {
+    const waiters = this.commitWaiters;
+    this.commitWaiters = [];
+    const fds = [...this.unsynced];
+    this.unsynced.clear();
+    const syncDir = this.dirUnsynced;
+    this.dirUnsynced = false;
+    this.committing = true;
+    let pending = fds.length + (syncDir ? 1 : 0);
+    let failure: Error | null = null;
+    const finish = () => {
+      this.committing = false;
+      for (const fd of fds) {
+        if (!this.closeAfterSync.delete(fd)) continue;
+        try {
+          closeSync(fd);
+        } catch {
+          /* closed on a failed write already */
+        }
+      }
+      for (const w of waiters) w(failure);
+      if (this.commitWaiters.length > 0) setImmediate(() => this.commitNow());
+    };
+    const one = (err: Error | null) => {
+      if (err !== null && failure === null) failure = new JournalError(`cannot sync the journal to disk: ${err.message}`, { cause: err });
+      if (--pending === 0) finish();
+    };
+    if (pending === 0) return finish();
+    for (const fd of fds) fdatasync(fd, one);
+    if (syncDir) {
+      let dirFd: number;
+      try {
+        dirFd = openSync(this.dir, 'r');
+      } catch (err) {
+        return one(err as Error);
+      }
+      fsync(dirFd, (err) => {
+        closeSync(dirFd);
+        one(err);
+      });
+    }
+  }
+
+  // ---- what it holds --------------------------------------------------------------------------
+
+  /** Bytes of every file not yet deleted (JOURNAL_MAX_BYTES bounds it). */
+  get bytes(): number {
+    return this.heldBytes;
+  }
+
+  get capacity(): number {
+    return this.maxBytes;
+  }
+
+  /** Records in flight: produced (or to be produced again) and not yet acknowledged whole. */
+  get records(): number {
+    return this.inFlight.size;
+  }
+
+  /** Points of those records not yet acknowledged. */
+  get pendingPoints(): number {
+    let points = 0;
+    for (const r of this.inFlight.values()) points += r.remaining;
+    return points;
+  }
+
+  /** The acceptance time (ms since the epoch) of the oldest record in flight, or null. */
+  get oldestTimestamp(): number | null {
+    let oldest: number | null = null;
+    // In id order, which is nearly acceptance order: recovered records come after live ones.
+    let looked = 0;
+    for (const r of this.inFlight.values()) {
+      if (oldest === null || r.timestamp < oldest) oldest = r.timestamp;
+      if (++looked === 64) break;
+    }
+    return oldest;
+  }
+
+  /** Writes the marks, syncs (disk mode) and closes; what is in flight stays for the next start. */
+  close(): void {
+    this.flushMarks();
+    for (const segment of this.segments) {
+      if (segment.fd === null) continue;
+      if (this.sync === 'disk') fdatasyncQuietly(segment.fd);
+      closeSync(segment.fd);
+      segment.fd = null;
+    }
+    for (const fd of this.closeAfterSync) {
+      fdatasyncQuietly(fd);
+      closeSync(fd);
+    }
+    this.closeAfterSync.clear();
+  }
+}
+
+function marksPath(walPath: string): string {
+  return walPath.slice(0, -'.wal'.length) + '.acks';
+}
+
+function readMarks(path: string): Set<number> {
+  let buf: Buffer;
+  try {
+    buf = readFileSync(path);
+  } catch {
+    return new Set();
+  }
+  const marks = new Set<number>();
+  for (let at = 0; at + 4 <= buf.byteLength; at += 4) marks.add(buf.readUInt32LE(at));
+  return marks;
+}
+
+function unlinkIfThere(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+}
+
+/** Writes what is left of a record after `written` bytes of it (a short writev). */
+function writeRest(fd: number, parts: Uint8Array[], written: number): number {
+  let skip = written;
+  const rest: Uint8Array[] = [];
+  for (const p of parts) {
+    if (skip >= p.byteLength) {
+      skip -= p.byteLength;
+      continue;
+    }
+    rest.push(skip === 0 ? p : p.subarray(skip));
+    skip = 0;
+  }
+  return writevSync(fd, rest);
+}
+
+function fdatasyncQuietly(fd: number): void {
+  try {
+    fdatasync(fd, () => {});
+  } catch {
+    /* closing anyway */
+  }
+}
+
+/**
+ * The records of a spill journal file of an earlier version, one point each:
+ * u32 crc32 | u32 key length | u32 value length | f64 timestamp | key | value (the CRC covers all after it).
+ */
+export function* readLegacySpill(path: string, corrupt: (at: number, what: string) => void): Generator<JournalRecord> {
+  const buf = readFileSync(path);
+  let at = 0;
+  while (at + 20 <= buf.byteLength) {
+    const keyLen = buf.readUInt32LE(at + 4);
+    const valueLen = buf.readUInt32LE(at + 8);
+    const end = at + 20 + keyLen + valueLen;
+    if (end > buf.byteLength) break;
+    if (buf.readUInt32LE(at) !== crc32(buf.subarray(at + 4, end))) {
+      corrupt(at, 'a spill record whose checksum does not match; the file is read up to it');
+      return;
+    }
+    // value then key, as produceBatch takes them: one message.
+    const data = Buffer.concat([buf.subarray(at + 20 + keyLen, end), buf.subarray(at + 20, at + 20 + keyLen)]);
+    yield { count: 1, data, messages: Uint32Array.of(0, valueLen, valueLen, valueLen + keyLen), timestamp: buf.readDoubleLE(at + 12) };
+    at = end;
+  }
+  if (at < buf.byteLength) corrupt(at, 'a torn spill record at the end of the file');
+}

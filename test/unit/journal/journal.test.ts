@@ -1,0 +1,176 @@
+// The write-ahead journal on its own: records written before the answer, marked done as Kafka
+// acknowledges them, segments deleted once done, and what a crashed process left read back, torn
+// and damaged records counted and skipped.
+import { appendFileSync, mkdtempSync, openSync, readdirSync, readFileSync, statSync, truncateSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { crc32 } from 'node:zlib';
+import { describe, expect, it } from 'vitest';
+import { Journal, JournalError, SEGMENT_MAX_BYTES } from '../../../src/journal/journal.js';
+import { readRecord, recordBytes, type JournalBatch } from '../../../src/journal/record.js';
+import { encodePoints, messagesOf } from '../../../src/track-point/encode.js';
+
+const dir = () => mkdtempSync(join(tmpdir(), 'journal-unit-'));
+const open = (d: string, over: Partial<ConstructorParameters<typeof Journal>[0]> = {}) => {
+  const corrupt: string[] = [];
+  const journal = new Journal({ dir: d, slot: 0, slots: 1, maxBytes: 64 * 1024 * 1024, sync: 'process', onCorrupt: (_f, at, what) => corrupt.push(`${at}: ${what}`), ...over });
+  return { journal, corrupt };
+};
+/** A request of `n` points as the producer gets it (copies: encodePoints reuses its buffers). */
+const batch = (tag: string, n: number): JournalBatch => {
+  const e = encodePoints(Array.from({ length: n }, (_, i) => ({ container_id: `${tag}-${i}`, lat: i, lon: 2, timestamp: '2024-05-01T12:00:00Z', speed: 1 })));
+  return { count: e.count, data: Buffer.from(e.data), messages: e.messages.slice() };
+};
+const keys = (b: JournalBatch) => messagesOf({ ...b, bytes: 0, largestValue: 0 }).keys.map((k) => k.toString());
+const recovered = (journal: Journal) => journal.nextRecovered(10_000).map((r) => ({ keys: keys(r.record), timestamp: r.record.timestamp, id: r.inFlight.id }));
+
+describe('Journal', () => {
+  it('writes each record before it returns, whole and readable: the bytes on disk are the record', () => {
+    const d = dir();
+    const { journal } = open(d);
+    const b = batch('a', 3);
+    const r = journal.append(b, 1_700_000_000_123);
+    const [file] = readdirSync(d);
+    const bytes = readFileSync(join(d, file!));
+    expect(bytes.byteLength).toBe(recordBytes(b));
+    const read = readRecord(bytes, 0, bytes.byteLength);
+    expect(read.kind).toBe('record');
+    if (read.kind !== 'record') return;
+    expect([keys(read.record), read.record.timestamp]).toEqual([['a-0', 'a-1', 'a-2'], 1_700_000_000_123]);
+    expect([r.points, r.remaining, journal.records, journal.bytes]).toEqual([3, 3, 1, bytes.byteLength]);
+  });
+
+  it('keeps a record until all its points are acknowledged, then marks it done', () => {
+    const d = dir();
+    const { journal } = open(d);
+    const r = journal.append(batch('a', 3), 1);
+    expect(journal.acknowledged(r.id, 2)).toBeNull();
+    expect(journal.pendingPoints).toBe(1);
+    expect(journal.acknowledged(r.id, 1)).toBe(r);
+    expect(journal.records).toBe(0);
+    journal.flushMarks();
+    const marks = readdirSync(d).find((n) => n.endsWith('.acks'))!;
+    expect([...new Uint32Array(Uint8Array.from(readFileSync(join(d, marks))).buffer)]).toEqual([r.index]);
+  });
+
+  it('after a crash, gives back every record not marked done, in order, with its timestamp, and deletes the files once those are done', () => {
+    const d = dir();
+    const first = open(d).journal;
+    const ids = ['a', 'b', 'c', 'd'].map((t, i) => first.append(batch(t, 2), 1_000 + i).id);
+    first.acknowledged(ids[1]!, 2); // b done and marked
+    first.flushMarks();
+    first.acknowledged(ids[2]!, 2); // c done, its mark not yet written: a crash now
+    // A new process in the slot.
+    const { journal } = open(d);
+    expect(journal.recovering).toBe(true);
+    const again = recovered(journal);
+    expect(again.map((r) => [r.keys[0], r.timestamp])).toEqual([['a-0', 1_000], ['c-0', 1_002], ['d-0', 1_003]]);
+    expect(journal.recovering).toBe(false);
+    for (const r of again) journal.acknowledged(r.id, 2);
+    expect(readdirSync(d)).toEqual([]);
+    expect(journal.bytes).toBe(0);
+  });
+
+  it('has slot 0 take the files of slots that no longer exist (fewer WORKERS), and no other slot', () => {
+    const d = dir();
+    for (const slot of [0, 1, 2]) open(d, { slot, slots: 3 }).journal.append(batch(`s${slot}`, 1), slot);
+    expect(recovered(open(d, { slot: 0, slots: 2 }).journal).map((r) => r.keys[0])).toEqual(['s0-0', 's2-0']);
+    expect(recovered(open(d, { slot: 1, slots: 2 }).journal).map((r) => r.keys[0])).toEqual(['s1-0']);
+  });
+
+  it('starts a new segment past its size and deletes a segment once every record in it is done', () => {
+    const d = dir();
+    const { journal } = open(d);
+    const big = batch('big', 5000); // about 0.5 MB a record
+    const per = Math.floor(SEGMENT_MAX_BYTES / recordBytes(big));
+    const records = Array.from({ length: per + 2 }, () => journal.append(big, 1));
+    expect(readdirSync(d).filter((n) => n.endsWith('.wal'))).toHaveLength(2);
+    for (const r of records.slice(0, per)) journal.acknowledged(r.id, big.count);
+    expect(readdirSync(d).filter((n) => n.endsWith('.wal'))).toHaveLength(1);
+    expect(journal.bytes).toBe(2 * recordBytes(big));
+  });
+
+  it('refuses a record that does not fit under its limit (fits), and says the disk refused one (JournalError), keeping nothing of it', () => {
+    const d = dir();
+    const { journal } = open(d, { maxBytes: 1024 * 1024 });
+    expect(journal.fits(1024 * 1024)).toBe(true);
+    journal.append(batch('a', 1), 1);
+    expect(journal.fits(1024 * 1024)).toBe(false);
+    // A disk that takes nothing: the active segment's file swapped for /dev/full (every write ENOSPC).
+    const full = open(dir()).journal;
+    (full as unknown as { activeFor(bytes: number): { fd: number } }).activeFor(100).fd = openSync('/dev/full', 'w');
+    expect(() => full.append(batch('x', 1), 1)).toThrow(JournalError);
+    expect(full.writeFailure?.message).toMatch(/ENOSPC/);
+    expect(full.records).toBe(0);
+  });
+
+  it('skips a damaged record (its checksum) and reads on; stops at a torn end; counts both; never throws', () => {
+    const d = dir();
+    const { journal: first } = open(d);
+    for (const t of ['a', 'b', 'c']) first.append(batch(t, 2), 7);
+    const file = join(d, readdirSync(d)[0]!);
+    const size = statSync(file).size;
+    const one = size / 3;
+    // Flip a byte of b's data; then a torn record at the end (a crash in the middle of a write).
+    const bytes = readFileSync(file);
+    bytes[one + one - 3] = bytes[one + one - 3]! ^ 0xff;
+    writeFileSync(file, bytes);
+    appendFileSync(file, bytes.subarray(0, 30));
+    const { journal, corrupt } = open(d);
+    expect(recovered(journal).map((r) => r.keys[0])).toEqual(['a-0', 'c-0']);
+    expect(journal.corruptRecords).toBe(2);
+    expect(corrupt[0]).toMatch(/checksum does not match; skipped/);
+    expect(corrupt[1]).toMatch(/not a whole record/);
+    // A file cut in the middle of its last record (a full disk): the records before it.
+    truncateSync(file, one + 10);
+    const cut = open(d);
+    expect(recovered(cut.journal).map((r) => r.keys[0])).toEqual(['a-0']);
+    expect(cut.journal.corruptRecords).toBe(1);
+  });
+
+  it('imports the spill files of an earlier version, as records to produce again, and removes them', () => {
+    const d = dir();
+    const legacy = (key: string, value: string, ts: number) => {
+      const body = Buffer.alloc(16 + key.length + value.length);
+      body.writeUInt32LE(key.length, 0);
+      body.writeUInt32LE(value.length, 4);
+      body.writeDoubleLE(ts, 8);
+      body.write(key, 16);
+      body.write(value, 16 + key.length);
+      const crc = Buffer.alloc(4);
+      crc.writeUInt32LE(crc32(body), 0);
+      return Buffer.concat([crc, body]);
+    };
+    writeFileSync(join(d, 'worker-0.000000000003.spill'), Buffer.concat([legacy('k1', '{"v":1}', 11), legacy('k2', '{"v":2}', 12)]));
+    const { journal } = open(d);
+    const again = journal.nextRecovered(10);
+    expect(again.map((r) => [keys(r.record)[0], r.record.timestamp, Buffer.from(r.record.data.subarray(r.record.messages[0], r.record.messages[1])).toString()])).toEqual([
+      ['k1', 11, '{"v":1}'],
+      ['k2', 12, '{"v":2}'],
+    ]);
+    expect(readdirSync(d).some((n) => n.endsWith('.spill'))).toBe(false);
+  });
+
+  it('answers afterCommit once the records are on the disk in JOURNAL_SYNC=disk mode, one fdatasync for every record that came meanwhile', async () => {
+    const d = dir();
+    const { journal } = open(d, { sync: 'disk' });
+    const order: string[] = [];
+    journal.append(batch('a', 1), 1);
+    journal.afterCommit(() => order.push('a'));
+    journal.append(batch('b', 1), 2);
+    journal.afterCommit(() => order.push('b'));
+    expect(order).toEqual([]); // not before the sync
+    await new Promise((r) => setTimeout(r, 200));
+    expect(order).toEqual(['a', 'b']);
+    const processMode = open(dir()).journal;
+    let now = false;
+    processMode.afterCommit(() => (now = true));
+    expect(now).toBe(true);
+  });
+
+  it('refuses a directory it cannot create, naming JOURNAL_DIR', () => {
+    const file = join(dir(), 'a-file');
+    writeFileSync(file, '');
+    expect(() => open(join(file, 'journal'))).toThrow(/cannot use the journal directory .*a-file\/journal \(JOURNAL_DIR\)/);
+  });
+});

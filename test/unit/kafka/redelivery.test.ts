@@ -1,0 +1,108 @@
+// Producing again from the journal: failed messages after a back-off (grouped by record, each with
+// its record's timestamp), records an earlier process left while librdkafka's queue has room.
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { Journal } from '../../../src/journal/journal.js';
+import type { JournalBatch } from '../../../src/journal/record.js';
+import { Redelivery } from '../../../src/kafka/redelivery.js';
+import { encodePoints, messagesOf } from '../../../src/track-point/encode.js';
+
+const batch = (tag: string, n: number): JournalBatch => {
+  const e = encodePoints(Array.from({ length: n }, (_, i) => ({ container_id: `${tag}-${i}`, lat: i, lon: 2, timestamp: '2024-05-01T12:00:00Z', speed: 1 })));
+  return { count: e.count, data: Buffer.from(e.data), messages: e.messages.slice() };
+};
+const keys = (b: JournalBatch) => messagesOf({ ...b, bytes: 0, largestValue: 0 }).keys.map((k) => k.toString());
+
+function setup(opts: { available?: boolean; takes?: number; queue?: number; dir?: string } = {}) {
+  const journal = new Journal({ dir: opts.dir ?? mkdtempSync(join(tmpdir(), 'redelivery-')), slot: 0, slots: 1, maxBytes: 2 ** 30, sync: 'process' });
+  let now = 0;
+  const produced: { tag: number; timestamp: number; keys: string[] }[] = [];
+  const sink = {
+    available: opts.available ?? true,
+    takes: opts.takes ?? Infinity,
+    queue: opts.queue ?? 0,
+    produce(b: JournalBatch, tag: number, timestamp: number) {
+      produced.push({ tag, timestamp, keys: keys(b) });
+      const taken = Math.min(b.count, this.takes);
+      this.queue += taken;
+      return taken;
+    },
+    queueLength() {
+      return this.queue;
+    },
+    kafkaAvailable() {
+      return this.available;
+    },
+  };
+  const redelivery = new Redelivery(journal, sink, 10, () => now);
+  return { journal, sink, redelivery, produced, advance: (ms: number) => (now += ms) };
+}
+
+const failed = (b: JournalBatch, id: number, i: number, possiblyWritten = false) => {
+  const [vs, ve, ks, ke] = [b.messages[4 * i]!, b.messages[4 * i + 1]!, b.messages[4 * i + 2]!, b.messages[4 * i + 3]!];
+  return { id, value: Buffer.from(b.data.subarray(vs, ve)), key: Buffer.from(b.data.subarray(ks, ke)), possiblyWritten };
+};
+
+describe('Redelivery', () => {
+  it('produces failed messages again after the back-off, grouped by record, each with its record\'s timestamp', () => {
+    const { journal, redelivery, produced, advance } = setup();
+    const a = batch('a', 3);
+    const b = batch('b', 2);
+    const ra = journal.append(a, 111);
+    const rb = journal.append(b, 222);
+    redelivery.fail(failed(a, ra.id, 0, true));
+    redelivery.fail(failed(b, rb.id, 1));
+    redelivery.fail(failed(a, ra.id, 2));
+    redelivery.pass();
+    expect(produced).toEqual([]);
+    advance(1_000);
+    redelivery.pass();
+    expect(produced).toEqual([
+      { tag: ra.id, timestamp: 111, keys: ['a-0', 'a-2'] },
+      { tag: rb.id, timestamp: 222, keys: ['b-1'] },
+    ]);
+    expect(redelivery.counts).toEqual({ retried: 3, recovered: 0, possibleDuplicates: 1 });
+    expect(redelivery.backlog).toBe(0);
+  });
+
+  it('waits longer after a retry Kafka took nothing of, up to 10 s, and not while Kafka is away', () => {
+    const { journal, sink, redelivery, produced, advance } = setup({ takes: 0 });
+    const a = batch('a', 1);
+    const r = journal.append(a, 1);
+    redelivery.fail(failed(a, r.id, 0));
+    const tries: number[] = [];
+    let t = 0;
+    for (let step = 0; step < 400; step++) {
+      advance(100);
+      t += 100;
+      const before = produced.length;
+      redelivery.pass();
+      if (produced.length > before) tries.push(t);
+    }
+    const gaps = tries.slice(1).map((x, i) => x - tries[i]!);
+    expect(gaps.slice(0, 4)).toEqual([2_000, 4_000, 8_000, 10_000]);
+    sink.available = false;
+    advance(60_000);
+    const before = produced.length;
+    redelivery.pass();
+    expect(produced.length).toBe(before);
+    expect(redelivery.backlog).toBe(1);
+  });
+
+  it('produces what an earlier process left while librdkafka\'s queue is under its share, and then stops', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'redelivery-recovered-'));
+    const earlier = new Journal({ dir, slot: 0, slots: 1, maxBytes: 2 ** 30, sync: 'process' });
+    for (let i = 0; i < 8; i++) earlier.append(batch(`r${i}`, 4), 1_000 + i);
+    const { redelivery, produced, sink } = setup({ dir });
+    redelivery.pass();
+    // A share of 10 messages: three records of 4 are produced, then the queue is over it.
+    expect(produced.map((p) => [p.keys[0], p.timestamp])).toEqual([['r0-0', 1_000], ['r1-0', 1_001], ['r2-0', 1_002]]);
+    sink.queue = 0;
+    redelivery.pass();
+    expect(produced).toHaveLength(6);
+    expect(redelivery.counts.recovered).toBe(24);
+    expect(redelivery.counts.possibleDuplicates).toBe(24);
+  });
+});
