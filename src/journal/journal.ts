@@ -23,10 +23,10 @@
 // loop does next, and the order of records is the order of requests. With JOURNAL_SYNC=disk the 202
 // also waits for an fdatasync of the segment, made for every request that came in the meantime at
 // once (group commit: as often as the disk allows, from the threadpool, not the event loop).
-import { closeSync, fdatasync, fdatasyncSync, fsync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, statfsSync, statSync, unlinkSync, writeSync, writevSync } from 'node:fs';
+import { closeSync, fdatasync, fdatasyncSync, fstatSync, fsync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, statfsSync, statSync, unlinkSync, writeSync, writevSync } from 'node:fs';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
-import { offsetBytes, readRecord, RECORD_HEADER_BYTES, recordBytes, writeHeader, type JournalBatch, type JournalRecord } from './record.js';
+import { offsetBytes, readRecord, RECORD_HEADER_BYTES, RECORD_MAGIC, RECORD_PREFIX_BYTES, recordBytes, writeHeader, type JournalBatch, type JournalRecord } from './record.js';
 
 /** A segment takes no more records past this size (a larger record still gets a segment of its own). */
 export const SEGMENT_MAX_BYTES = 16 * 1024 * 1024;
@@ -109,6 +109,8 @@ export class Journal {
   /** Recovered segments still to read, and the records read and not yet handed out. */
   private readonly toRecover: Segment[] = [];
   private recoveredQueue: { segment: Segment; index: number; record: JournalRecord }[] = [];
+  /** Records left by an earlier process not yet handed out (an estimate until each file is read). */
+  private recoveredLeft = 0;
   /** The last append failed (disk full, I/O error): cleared by the next that succeeds (see writable()). */
   writeFailure: JournalError | null = null;
   private failedBytes = 0;
@@ -163,6 +165,8 @@ export class Journal {
       this.segments.push(segment);
       this.toRecover.push(segment);
       this.heldBytes += bytes;
+      // Counted now (headers only), read when their turn comes: the metrics say what waits from the start.
+      this.recoveredLeft += Math.max(0, countRecords(path) - segment.doneBefore.size);
     }
     // The spill journal of an earlier version: its points go into this journal (on the disk in
     // JOURNAL_SYNC=disk mode), then its files go; they are produced again as recovered records are.
@@ -172,6 +176,7 @@ export class Journal {
       for (const record of readLegacySpill(path, (at, what) => this.corrupt(path, at, what))) {
         const { segment, index } = this.write(record, record.timestamp);
         this.recoveredQueue.push({ segment, index, record });
+        this.recoveredLeft++;
       }
     }
     if (this.active?.fd != null) fdatasyncSync(this.active.fd);
@@ -363,11 +368,15 @@ export class Journal {
     while (out.length < max) {
       if (this.recoveredQueue.length === 0) {
         const segment = this.toRecover.shift();
-        if (segment === undefined) break;
+        if (segment === undefined) {
+          this.recoveredLeft = 0;
+          break;
+        }
         this.recoveredQueue = this.readSegment(segment);
         continue;
       }
       const next = this.recoveredQueue.shift()!;
+      this.recoveredLeft = Math.max(0, this.recoveredLeft - 1);
       out.push({ record: next.record, inFlight: this.track(next.segment, next.index, next.record.count, next.record.timestamp) });
     }
     return out;
@@ -480,9 +489,9 @@ export class Journal {
     return this.maxBytes;
   }
 
-  /** Records in flight: produced (or to be produced again) and not yet acknowledged whole. */
+  /** Records not yet acknowledged whole: in flight, and left by an earlier process to be produced again. */
   get records(): number {
-    return this.inFlight.size;
+    return this.inFlight.size + this.recoveredLeft;
   }
 
   /** Points of those records not yet acknowledged. */
@@ -518,6 +527,31 @@ export class Journal {
       closeSync(fd);
     }
     this.closeAfterSync.clear();
+  }
+}
+
+/** The records of a segment file, by their headers alone (a torn or damaged end stops the count). */
+function countRecords(path: string): number {
+  let fd: number;
+  try {
+    fd = openSync(path, 'r');
+  } catch {
+    return 0;
+  }
+  try {
+    const size = fstatSync(fd).size;
+    const header = Buffer.alloc(RECORD_PREFIX_BYTES);
+    let at = 0;
+    let count = 0;
+    while (at + RECORD_PREFIX_BYTES <= size && readSync(fd, header, 0, RECORD_PREFIX_BYTES, at) === RECORD_PREFIX_BYTES) {
+      if (header.readUInt32LE(0) !== RECORD_MAGIC) break;
+      at += RECORD_PREFIX_BYTES + header.readUInt32LE(8);
+      if (at > size) break;
+      count++;
+    }
+    return count;
+  } finally {
+    closeSync(fd);
   }
 }
 

@@ -5,12 +5,13 @@
 import { execFile, execFileSync } from 'node:child_process';
 import { request } from 'node:http';
 import { promisify } from 'node:util';
-import { appendFileSync, mkdirSync, readFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ACCOUNTING_HEADER, AccountedLoad, accountingRow, expectEveryAcceptedPointOnce, type Accounting } from '../helpers/accounting.js';
 import { consumeAll, createTopic, leaderOf, uniqueTopic } from '../../support/kafka.js';
-import { metric, metricValue, point, postFresh, producerStateChanges, producerStateLines, startService, until, type Answer, type Service } from '../helpers/service.js';
+import { cpuTicks, workerPids } from '../helpers/processes.js';
+import { metric, metricValue, point, postFresh, producerStateChanges, producerStateLines, startService, until, type Answer } from '../helpers/service.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
 const CLUSTER = '127.0.0.1:19092,127.0.0.1:19192,127.0.0.1:19292';
@@ -57,28 +58,6 @@ async function readyzFresh(url: string): Promise<number> {
   });
 }
 
-/** user + system CPU time of a process so far, in clock ticks (/proc/PID/stat fields 14 and 15). */
-function cpuTicks(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return Number(fields[11]) + Number(fields[12]);
-}
-
-/** The serving workers (not the standby): each names its slot in its process title. */
-function workerPids(svc: Service): number[] {
-  let children: number[];
-  try {
-    children = execFileSync('pgrep', ['-P', String(svc.proc.pid)]).toString().trim().split('\n').map(Number);
-  } catch {
-    return [];
-  }
-  return children.filter((pid) => {
-    try {
-      return readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith('track-ingest worker');
-    } catch {
-      return false;
-    }
-  });
-}
 
 /** For each worker, how long after `since` its producer last went back to accepting points (its log). */
 function acceptingAgainMs(output: readonly string[], since: number): Record<string, number> {

@@ -58,6 +58,11 @@ export interface StartOptions {
   /** Wait for /readyz 200 (default) or only /healthz 200. */
   waitFor?: 'ready' | 'healthy' | 'nothing';
   timeoutMs?: number;
+  /**
+   * In a process group of its own (its pid is the group's id): the whole service, primary and
+   * workers, can then be killed at once (`process.kill(-pid, 'SIGKILL')`), as a crashed pod is.
+   */
+  ownProcessGroup?: boolean;
 }
 
 export async function startService(env: Record<string, string>, opts: StartOptions = {}): Promise<Service> {
@@ -66,6 +71,7 @@ export async function startService(env: Record<string, string>, opts: StartOptio
     // A journal directory of its own unless the test gives one (to restart a service on the same journal).
     env: { ...process.env, MQ_BROKERS: BROKERS, LISTEN_ADDR: `127.0.0.1:${port}`, WORKERS: '1', LOG_LEVEL: 'info', JOURNAL_DIR: journalDir(), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
+    detached: opts.ownProcessGroup ?? false,
   });
   running.add(proc);
   const output: string[] = [];
