@@ -3,4 +3,4 @@
 # Ctrl-C: the service drains and flushes, then the broker is stopped if it was started for this run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-exec scripts/with-broker.sh bash -c 'echo "run.sh: service on ${LISTEN_ADDR:-:8080}, Kafka at $MQ_BROKERS, topic ${MQ_TOPIC:-container.telemetry} (Ctrl-C stops)"; exec node dist/src/main.js'
+exec scripts/with-broker.sh bash -c 'echo "run.sh: service on ${LISTEN_ADDR:-:8080}, Kafka at $MQ_BROKERS, topic ${MQ_TOPIC:-container.telemetry}, journal in ${JOURNAL_DIR:-journal}/ (Ctrl-C stops)"; exec node dist/src/main.js'

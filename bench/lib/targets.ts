@@ -1,5 +1,8 @@
 // The two implementations under test, started as separate processes the way they run in production.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export type Impl = 'ours' | 'baseline';
@@ -21,8 +24,11 @@ export interface Target {
  * until: 'ready' (below), or 'listening' for a service meant to refuse (no broker): any answer.
  */
 export async function startTarget(impl: Impl, port: number, env: Record<string, string>, entry = ENTRY[impl], until: 'ready' | 'listening' = 'ready'): Promise<Target> {
+  // Ours writes every accepted point to its journal: a fresh one each start, so that no run produces
+  // an earlier run's points again (an older build, before the journal, ignores the variable).
+  const journal = mkdtempSync(join(tmpdir(), 'bench-journal-'));
   const proc = spawn(process.execPath, [entry], {
-    env: { ...process.env, LISTEN_ADDR: `127.0.0.1:${port}`, LOG_LEVEL: 'warn', ...env },
+    env: { ...process.env, LISTEN_ADDR: `127.0.0.1:${port}`, LOG_LEVEL: 'warn', JOURNAL_DIR: journal, ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
   const exited = new Promise<number | null>((resolve) => proc.once('exit', resolve));
@@ -36,6 +42,7 @@ export async function startTarget(impl: Impl, port: number, env: Record<string, 
       const timer = setTimeout(() => proc.kill('SIGKILL'), 60_000);
       const code = await exited;
       clearTimeout(timer);
+      rmSync(journal, { recursive: true, force: true });
       return code;
     },
   };

@@ -14,7 +14,12 @@
 //            produced again, with the timestamps they were accepted with: at least once.
 //
 // Files: `slot-<slot>.<seq>.wal` (records, record.ts) and `slot-<slot>.<seq>.acks` (u32 indexes of the
-// records done, in the order they were done). One slot's files are written by one process at a time
+// records done, in the order they were done). A segment file whose records are all done is not
+// deleted but kept as a spare (`slot-<slot>.<seq>.spare`, two at most) and written over as the next
+// segment: writing over pages the OS already holds cost less than half of writing new ones (6-7
+// against 15-17 µs of CPU per 12.8 KB record, measured on this machine's ext4), and on the live
+// service it was most of the journal's cost. Records of the file's earlier use, left past the new
+// ones, carry their old segment number, which ends the reading. One slot's files are written by one process at a time
 // (a replacement takes a dead worker's slot), so nothing needs a lock. The marks spare a restart the
 // records Kafka had already acknowledged; a record acknowledged after its mark was last written (at
 // most one poll interval, 10 ms) is produced again: a duplicate, counted as possible.
@@ -23,10 +28,10 @@
 // loop does next, and the order of records is the order of requests. With JOURNAL_SYNC=disk the 202
 // also waits for an fdatasync of the segment, made for every request that came in the meantime at
 // once (group commit: as often as the disk allows, from the threadpool, not the event loop).
-import { closeSync, fdatasync, fdatasyncSync, fstatSync, fsync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, statfsSync, statSync, unlinkSync, writeSync, writevSync } from 'node:fs';
+import { closeSync, fdatasync, fdatasyncSync, fstatSync, fsync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, statfsSync, statSync, unlinkSync, writeSync, writevSync } from 'node:fs';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
-import { offsetBytes, readRecord, RECORD_HEADER_BYTES, RECORD_MAGIC, RECORD_PREFIX_BYTES, recordBytes, writeHeader, type JournalBatch, type JournalRecord } from './record.js';
+import { encodeHead, readRecord, RECORD_HEADER_BYTES, RECORD_MAGIC, RECORD_PREFIX_BYTES, recordBytes, type JournalBatch, type JournalRecord } from './record.js';
 
 /** A segment takes no more records past this size (a larger record still gets a segment of its own). */
 export const SEGMENT_MAX_BYTES = 16 * 1024 * 1024;
@@ -37,6 +42,9 @@ const PROBE_INTERVAL_MS = 1_000;
 /** Record ids wrap here: produceBatch's tags are 0 to 2^31 - 1. */
 const ID_LIMIT = 2 ** 31;
 const FILE_RE = /^slot-(\d+)\.(\d{12})\.wal$/;
+const SPARE_RE = /^slot-(\d+)\.(\d{12})\.spare$/;
+/** Done segment files kept to be written over (see above), per slot. */
+const MAX_SPARES = 2;
 /** The spill journal of earlier versions: records that failed after their 202, imported at open. */
 const LEGACY_RE = /^worker-(\d+)\.(\d{12})\.spill$/;
 
@@ -102,6 +110,8 @@ export class Journal {
   /** Every segment not yet deleted, oldest first; the last is the active one (when not recovered). */
   private readonly segments: Segment[] = [];
   private active: Segment | null = null;
+  /** Done segment files kept to be written over by the next segments. */
+  private readonly spares: string[] = [];
   private nextSeq = 0;
   private nextId = 0;
   private heldBytes = 0;
@@ -117,7 +127,8 @@ export class Journal {
   private lastProbeAt = 0;
   /** Counts, for the metrics. */
   corruptRecords = 0;
-  private readonly header = Buffer.alloc(RECORD_HEADER_BYTES);
+  /** The head (header and offsets) of the record being written: scratch, grown as records need. */
+  private head: Buffer = Buffer.alloc(4096);
   // JOURNAL_SYNC=disk: the group commit.
   private commitWaiters: ((err: Error | null) => void)[] = [];
   private committing = false;
@@ -143,6 +154,17 @@ export class Journal {
     const found: { slot: number; seq: number; name: string }[] = [];
     const legacy: string[] = [];
     for (const name of names) {
+      const spare = SPARE_RE.exec(name);
+      if (spare !== null) {
+        // Ours to write over; another slot's (taken by slot 0) is not needed.
+        const seq = Number(spare[2]);
+        if (Number(spare[1]) === this.slot) {
+          this.nextSeq = Math.max(this.nextSeq, seq + 1);
+          if (this.spares.length < MAX_SPARES) this.spares.push(join(this.dir, name));
+          else unlinkIfThere(join(this.dir, name));
+        } else if (ours(Number(spare[1]))) unlinkIfThere(join(this.dir, name));
+        continue;
+      }
       const m = FILE_RE.exec(name);
       if (m !== null) {
         const slot = Number(m[1]);
@@ -166,7 +188,7 @@ export class Journal {
       this.toRecover.push(segment);
       this.heldBytes += bytes;
       // Counted now (headers only), read when their turn comes: the metrics say what waits from the start.
-      this.recoveredLeft += Math.max(0, countRecords(path) - segment.doneBefore.size);
+      this.recoveredLeft += Math.max(0, countRecords(path, f.seq) - segment.doneBefore.size);
     }
     // The spill journal of an earlier version: its points go into this journal (on the disk in
     // JOURNAL_SYNC=disk mode), then its files go; they are produced again as recovered records are.
@@ -227,12 +249,13 @@ export class Journal {
   private write(batch: JournalBatch, timestamp: number): { segment: Segment; index: number } {
     const bytes = recordBytes(batch);
     const segment = this.activeFor(bytes);
-    const offsets = offsetBytes(batch);
-    writeHeader(this.header, batch, timestamp, offsets);
+    this.head = encodeHead(this.head, batch, timestamp, segment.seq);
+    const parts = [this.head.subarray(0, bytes - batch.data.byteLength), batch.data];
     try {
-      let written = writevSync(segment.fd!, [this.header, offsets, batch.data]);
+      // At its place in the file: a spare file is written over from its start.
+      let written = writevSync(segment.fd!, parts, segment.bytes);
       // writev may write part of it (a disk nearly full): the rest, or the error that says why.
-      while (written < bytes) written += writeRest(segment.fd!, [this.header, offsets, batch.data], written);
+      while (written < bytes) written += writeRest(segment.fd!, parts, written, segment.bytes);
     } catch (err) {
       this.failedBytes = bytes;
       this.writeFailed(segment, err);
@@ -253,7 +276,12 @@ export class Journal {
     const path = join(this.dir, `slot-${this.slot}.${String(seq).padStart(12, '0')}.wal`);
     let fd: number;
     try {
-      fd = openSync(path, 'wx');
+      const spare = this.spares.shift();
+      if (spare === undefined) fd = openSync(path, 'wx');
+      else {
+        renameSync(spare, path);
+        fd = openSync(path, 'r+');
+      }
     } catch (err) {
       this.writeFailure = new JournalError(`cannot create the journal file ${path}: ${(err as Error).message}`, { cause: err });
       throw this.writeFailure;
@@ -345,8 +373,20 @@ export class Journal {
     if (!segment.sealed || segment.done < segment.records) return;
     if (segment.fd !== null) closeSync(segment.fd);
     segment.fd = null;
-    unlinkIfThere(segment.path);
     unlinkIfThere(marksPath(segment.path));
+    // Kept to be written over, if it is this slot's and the spares are not all there.
+    if (segment.slot === this.slot && this.spares.length < MAX_SPARES && this.writeFailure === null) {
+      const spare = segment.path.slice(0, -'.wal'.length) + '.spare';
+      try {
+        renameSync(segment.path, spare);
+        this.spares.push(spare);
+        this.dirUnsynced = true;
+      } catch {
+        unlinkIfThere(segment.path);
+      }
+    } else {
+      unlinkIfThere(segment.path);
+    }
     segment.marks = [];
     this.heldBytes -= segment.bytes;
     this.segments.splice(this.segments.indexOf(segment), 1);
@@ -395,7 +435,7 @@ export class Journal {
     let at = 0;
     let index = 0;
     while (at < buf.byteLength) {
-      const r = readRecord(buf, at, buf.byteLength - at);
+      const r = readRecord(buf, at, buf.byteLength - at, segment.seq);
       if (r.kind === 'record') {
         if (!segment.doneBefore.has(index)) records.push({ segment, index, record: r.record });
         at += r.bytes;
@@ -404,6 +444,8 @@ export class Journal {
         this.corrupt(segment.path, at, 'a record whose checksum does not match; skipped');
         at += r.bytes;
         index++;
+      } else if (r.kind === 'end') {
+        break; // the end of this segment's records (a spare's earlier records may follow)
       } else {
         this.corrupt(segment.path, at, `${buf.byteLength - at} bytes that are not a whole record (a write cut short); the file is read up to them`);
         break;
@@ -531,7 +573,7 @@ export class Journal {
 }
 
 /** The records of a segment file, by their headers alone (a torn or damaged end stops the count). */
-function countRecords(path: string): number {
+function countRecords(path: string, seq: number): number {
   let fd: number;
   try {
     fd = openSync(path, 'r');
@@ -540,11 +582,11 @@ function countRecords(path: string): number {
   }
   try {
     const size = fstatSync(fd).size;
-    const header = Buffer.alloc(RECORD_PREFIX_BYTES);
+    const header = Buffer.alloc(RECORD_HEADER_BYTES);
     let at = 0;
     let count = 0;
-    while (at + RECORD_PREFIX_BYTES <= size && readSync(fd, header, 0, RECORD_PREFIX_BYTES, at) === RECORD_PREFIX_BYTES) {
-      if (header.readUInt32LE(0) !== RECORD_MAGIC) break;
+    while (at + RECORD_HEADER_BYTES <= size && readSync(fd, header, 0, RECORD_HEADER_BYTES, at) === RECORD_HEADER_BYTES) {
+      if (header.readUInt32LE(0) !== RECORD_MAGIC || header.readUInt32LE(16) !== seq) break;
       at += RECORD_PREFIX_BYTES + header.readUInt32LE(8);
       if (at > size) break;
       count++;
@@ -579,8 +621,8 @@ function unlinkIfThere(path: string): void {
   }
 }
 
-/** Writes what is left of a record after `written` bytes of it (a short writev). */
-function writeRest(fd: number, parts: Uint8Array[], written: number): number {
+/** Writes what is left of a record after `written` bytes of it (a short writev), the record at `position`. */
+function writeRest(fd: number, parts: Uint8Array[], written: number, position: number): number {
   let skip = written;
   const rest: Uint8Array[] = [];
   for (const p of parts) {
@@ -591,7 +633,7 @@ function writeRest(fd: number, parts: Uint8Array[], written: number): number {
     rest.push(skip === 0 ? p : p.subarray(skip));
     skip = 0;
   }
-  return writevSync(fd, rest);
+  return writevSync(fd, rest, position + written);
 }
 
 function fdatasyncQuietly(fd: number): void {

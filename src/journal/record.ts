@@ -2,19 +2,22 @@
 // handed to produceBatch (the buffer of values and keys, four offsets per message), and the time the
 // request was accepted (the messages' Kafka timestamp). Written before the request is answered 202.
 //
-//   magic u32 | crc32 u32 | length u32 | count u32 | timestamp f64 | offsets u32 × 4 × count | data
-//   └─ 12-byte prefix ──────────────────┘└── `length` bytes, covered by the CRC ───────────────────┘
+//   magic u32 | crc32 u32 | length u32 | count u32 | segment u32 | 0 u32 | timestamp f64 | offsets u32 × 4 × count | data
+//   └─ 12-byte prefix ──────────────────┘└── `length` bytes, covered by the CRC ────────────────────────────────────┘
 //
 // Little-endian. The offsets are relative to the start of `data`, as produceBatch takes them, so a
 // record read back is produced as it is. The CRC (zlib's crc32, node:zlib) covers everything after
 // the prefix: a record torn by a crash or a full disk, or damaged on disk, is detected and skipped.
+// `segment` is the sequence number of the segment file it was written into: segment files are
+// reused once done (journal.ts says why), and a record of an earlier use, left past the end of the
+// new records, is told apart from them by it.
 import { crc32 } from 'node:zlib';
 
 /** "TIJ1", little-endian: where a record begins. */
 export const RECORD_MAGIC = 0x314a4954;
 export const RECORD_PREFIX_BYTES = 12;
-/** The prefix, the count and the timestamp: the bytes of a record before its offsets. */
-export const RECORD_HEADER_BYTES = RECORD_PREFIX_BYTES + 4 + 8;
+/** The prefix, the count, the segment and the timestamp: the bytes of a record before its offsets. */
+export const RECORD_HEADER_BYTES = RECORD_PREFIX_BYTES + 4 + 4 + 4 + 8;
 
 /** What a record holds: produceBatch's arguments and the messages' timestamp. */
 export interface JournalBatch {
@@ -35,22 +38,22 @@ export function recordBytes(batch: JournalBatch): number {
 }
 
 /**
- * The record's header, into `header` (at least RECORD_HEADER_BYTES): the record is the header, the
- * offsets' bytes and the data, written together (writev), so nothing is copied in JavaScript.
+ * The record's head, its header and offsets, written into `scratch` (grown when too small; the
+ * caller keeps what is returned as its next scratch): the record is the head and the data, written
+ * together (writev), the data not copied in JavaScript. The CRC is computed over both here.
  */
-export function writeHeader(header: Buffer, batch: JournalBatch, timestamp: number, offsets: Uint8Array): void {
-  const length = recordBytes(batch) - RECORD_PREFIX_BYTES;
-  header.writeUInt32LE(RECORD_MAGIC, 0);
-  header.writeUInt32LE(length, 8);
-  header.writeUInt32LE(batch.count, 12);
-  header.writeDoubleLE(timestamp, 16);
-  const crc = crc32(batch.data, crc32(offsets, crc32(header.subarray(RECORD_PREFIX_BYTES, RECORD_HEADER_BYTES))));
-  header.writeUInt32LE(crc, 4);
-}
-
-/** The offsets of a batch as bytes (a view, no copy). */
-export function offsetBytes(batch: JournalBatch): Uint8Array {
-  return new Uint8Array(batch.messages.buffer, batch.messages.byteOffset, 4 * 4 * batch.count);
+export function encodeHead(scratch: Buffer, batch: JournalBatch, timestamp: number, segment: number): Buffer {
+  const headBytes = RECORD_HEADER_BYTES + 16 * batch.count;
+  const buf = scratch.byteLength >= headBytes ? scratch : Buffer.allocUnsafe(Math.max(headBytes, 2 * scratch.byteLength));
+  buf.writeUInt32LE(RECORD_MAGIC, 0);
+  buf.writeUInt32LE(recordBytes(batch) - RECORD_PREFIX_BYTES, 8);
+  buf.writeUInt32LE(batch.count, 12);
+  buf.writeUInt32LE(segment, 16);
+  buf.writeUInt32LE(0, 20);
+  buf.writeDoubleLE(timestamp, 24);
+  buf.set(new Uint8Array(batch.messages.buffer, batch.messages.byteOffset, 16 * batch.count), RECORD_HEADER_BYTES);
+  buf.writeUInt32LE(crc32(batch.data, crc32(buf.subarray(RECORD_PREFIX_BYTES, headBytes))), 4);
+  return buf;
 }
 
 /** What reading a record at some position found. */
@@ -58,19 +61,22 @@ export type ReadOutcome =
   | { kind: 'record'; record: JournalRecord; bytes: number }
   /** Not enough bytes here for the record that starts here: read more, or (at the end of a file) a torn record. */
   | { kind: 'short'; needs: number }
-  /** A record whose CRC does not match, but whose length is believable: skip `bytes` and go on. */
+  /** A record of this segment whose CRC does not match, but whose length is believable: skip `bytes` and go on. */
   | { kind: 'corrupt'; bytes: number }
-  /** Not a record here (no magic, or a length no record could have): nothing after it can be trusted. */
+  /** No record of this segment starts here: a record of the file's earlier use, or what is left of one. */
+  | { kind: 'end' }
+  /** A record's start whose length no record could have: nothing after it can be trusted. */
   | { kind: 'garbage' };
 
 /**
- * Reads the record at `at` in `buf` (whose end may be short of the record). `fileLeft`: bytes of the
- * file from `at` to its end, which bounds a believable length. The record returned views `buf`.
+ * Reads the record at `at` in `buf` (whose end may be short of the record), expecting records of
+ * segment `segment`. `fileLeft`: bytes of the file from `at` to its end, which bounds a believable
+ * length.
  */
-export function readRecord(buf: Buffer, at: number, fileLeft: number): ReadOutcome {
+export function readRecord(buf: Buffer, at: number, fileLeft: number, segment: number): ReadOutcome {
   const available = buf.byteLength - at;
-  if (available < RECORD_HEADER_BYTES) return fileLeft < RECORD_HEADER_BYTES ? { kind: 'garbage' } : { kind: 'short', needs: RECORD_HEADER_BYTES };
-  if (buf.readUInt32LE(at) !== RECORD_MAGIC) return { kind: 'garbage' };
+  if (available < RECORD_HEADER_BYTES) return fileLeft < RECORD_HEADER_BYTES ? (fileLeft === 0 ? { kind: 'end' } : { kind: 'garbage' }) : { kind: 'short', needs: RECORD_HEADER_BYTES };
+  if (buf.readUInt32LE(at) !== RECORD_MAGIC || buf.readUInt32LE(at + 16) !== segment) return { kind: 'end' };
   const length = buf.readUInt32LE(at + 8);
   const count = buf.readUInt32LE(at + 12);
   const total = RECORD_PREFIX_BYTES + length;
@@ -85,5 +91,5 @@ export function readRecord(buf: Buffer, at: number, fileLeft: number): ReadOutco
   Buffer.from(messages.buffer).set(buf.subarray(offsetsAt, dataAt));
   const data = Buffer.from(buf.subarray(dataAt, at + total));
   for (let i = 0; i < 4 * count; i++) if (messages[i]! > data.byteLength) return { kind: 'corrupt', bytes: total };
-  return { kind: 'record', record: { count, data, messages, timestamp: buf.readDoubleLE(at + 16) }, bytes: total };
+  return { kind: 'record', record: { count, data, messages, timestamp: buf.readDoubleLE(at + 24) }, bytes: total };
 }

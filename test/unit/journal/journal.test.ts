@@ -33,7 +33,7 @@ describe('Journal', () => {
     const [file] = readdirSync(d);
     const bytes = readFileSync(join(d, file!));
     expect(bytes.byteLength).toBe(recordBytes(b));
-    const read = readRecord(bytes, 0, bytes.byteLength);
+    const read = readRecord(bytes, 0, bytes.byteLength, 0);
     expect(read.kind).toBe('record');
     if (read.kind !== 'record') return;
     expect([keys(read.record), read.record.timestamp]).toEqual([['a-0', 'a-1', 'a-2'], 1_700_000_000_123]);
@@ -67,8 +67,27 @@ describe('Journal', () => {
     expect(again.map((r) => [r.keys[0], r.timestamp])).toEqual([['a-0', 1_000], ['c-0', 1_002], ['d-0', 1_003]]);
     expect(journal.recovering).toBe(false);
     for (const r of again) journal.acknowledged(r.id, 2);
-    expect(readdirSync(d)).toEqual([]);
+    // No records left: the segment is kept as a spare to be written over, nothing else.
+    expect(readdirSync(d).filter((n) => !n.endsWith('.spare'))).toEqual([]);
     expect(journal.bytes).toBe(0);
+  });
+
+  it('writes over a spare segment, and reads back only the records of its new use, not those left of the old one', () => {
+    const d = dir();
+    const first = open(d).journal;
+    // Two records of 0.6 MB, acknowledged: the segment, done and over 1 MiB, is kept as a spare.
+    const big = batch('old', 6000);
+    for (const r of [first.append(big, 1), first.append(big, 1)]) first.acknowledged(r.id, big.count);
+    expect(readdirSync(d).filter((n) => n.endsWith('.spare'))).toHaveLength(1);
+    expect(readdirSync(d).filter((n) => n.endsWith('.wal'))).toEqual([]);
+    // The next process writes its segment over that spare: two small records over the old big ones.
+    const second = open(d).journal;
+    second.append(batch('next-a', 1), 3);
+    second.append(batch('next-b', 1), 4);
+    expect(readdirSync(d).filter((n) => n.endsWith('.spare'))).toEqual([]);
+    const { journal, corrupt } = open(d);
+    expect(recovered(journal).map((r) => r.keys[0])).toEqual(['next-a-0', 'next-b-0']);
+    expect([journal.corruptRecords, corrupt]).toEqual([0, []]);
   });
 
   it('has slot 0 take the files of slots that no longer exist (fewer WORKERS), and no other slot', () => {
