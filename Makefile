@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help install build run gateway test test-faults test-image test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench bench-floor bench-cpu clean
+.PHONY: help install build run gateway test test-faults test-image test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench bench-floor bench-cpu bench-replay clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -63,6 +63,10 @@ bench-cpu: build ## CPU per point of the service under wrk, 1 worker, 100/10/1 p
 	@npx tsc -p .
 	@scripts/need-packages.sh wrk:wrk $(JEMALLOC)
 	@scripts/with-broker.sh node dist/bench/cpu.js
+
+bench-replay: build ## how fast a restarted worker produces again a journal of 1,000,000 points a crash left
+	@npx tsc -p .
+	@scripts/with-broker.sh node dist/bench/replay.js
 
 fuzz: build ## 1,000,000 hostile bodies against a running worker: no crash, JSON 4xx answers, RSS curve
 	@npx tsc -p .
