@@ -1,16 +1,16 @@
-// The HTTP edge of one worker: uWebSockets.js routes, body reading with limits, responses.
-// POST /track's logic after the body is read lives in track-body.ts.
+// The HTTP edge of one worker: uWebSockets.js adapted to the service. Routes, reading a body in
+// chunks with its limit, aborts, corked answers; POST /track itself is track-handler.ts, the other
+// routes are answered here.
 //
 // Every worker listens on the same port; uWS sets SO_REUSEPORT, so the kernel spreads connections.
 import uWS from 'uWebSockets.js';
 import type { Config } from '../config.js';
 import { errorAnswer, STATUS_LINE, type ErrorAnswer, type HttpStatus } from '../errors.js';
-import { newTicket } from '../kafka/delivery-reports.js';
 import type { Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics.js';
 import { GET_PATHS, TRACK_PATH, type GetPath } from '../routes.js';
-import { deliveryFailed, handleTrackBody, refuse, refusalAnswer, type PointSink, type TrackLimits, type TrackOutcome } from './track-body.js';
-import { WaitingRoom } from './waiting-room.js';
+import type { PointSink, TrackOutcome } from './track-body.js';
+import { TrackHandler, type TrackExchange } from './track-handler.js';
 
 export interface ServerDeps {
   config: Config;
@@ -26,8 +26,6 @@ export interface ServerDeps {
 
 type RouteMetrics = ReturnType<WorkerMetrics['other']>;
 
-const STOP_READING = true;
-const KEEP_READING = false;
 
 /**
  * uWebSockets.js closes a connection idle for this long (HTTP_IDLE_TIMEOUT_S, compiled into the
@@ -71,49 +69,20 @@ const TEXT_TYPE = bytes('text/plain');
 const NOT_FOUND = errorAnswer('not_found', `no such path; POST ${TRACK_PATH} takes track points`);
 const TRACK_METHOD = errorAnswer('method_not_allowed', `use POST for ${TRACK_PATH}`);
 const GET_METHOD = errorAnswer('method_not_allowed', 'use GET for this path');
-// Refused before the body is read; prebuilt, they cost nothing per request.
-const UNSUPPORTED_TYPE = refuse('unsupported_media_type', 'Content-Type must be application/json');
-const UNSUPPORTED_ENCODING = refuse('unsupported_media_type', 'Content-Encoding must be gzip or identity');
 const READY = '{"status":"ready"}';
-
-/** `application/json`, any case, parameters such as charset allowed; missing means JSON. */
-function isJsonContentType(value: string): boolean {
-  if (value === '' || value === JSON_TYPE) return true;
-  const semi = value.indexOf(';');
-  return (semi < 0 ? value : value.slice(0, semi)).trim().toLowerCase() === JSON_TYPE;
-}
 
 export class HttpServer {
   private readonly app: uWS.TemplatedApp;
-  private readonly limits: TrackLimits;
+  private readonly track: TrackHandler;
   private readonly tally: WorkerMetrics['track']['tally'];
-  private readonly tooLarge: TrackOutcome;
-  /** Requests that found the producer queue full, waiting for room (waiting-room.ts). */
-  private readonly waiting: WaitingRoom;
   private listenSocket: uWS.us_listen_socket | null = null;
-  /** Requests whose body is still being read or that wait for room: shutdown waits for them. */
-  private bodiesInFlight = 0;
-  /** Accepted requests whose answer waits: for Kafka (ACK_MODE=delivered) or the disk (JOURNAL_SYNC=disk). */
-  private awaitingDelivery = 0;
-  /** Whether a 202 waits for a ticket to settle (see awaitingDelivery); otherwise it is answered at once. */
-  private readonly answersLater: boolean;
+  /** POST /track bodies being read: shutdown waits for them (and for those the handler keeps). */
+  private bodiesReading = 0;
   /** While shutting down, every response closes its connection so keep-alive clients move on. */
   private draining = false;
 
   constructor(private readonly deps: ServerDeps) {
-    const { config } = deps;
-    this.answersLater = config.ackMode === 'delivered' || config.journalSync === 'disk';
-    this.limits = {
-      maxBodyBytes: config.maxBodyBytes,
-      maxPoints: config.maxPoints,
-      brokers: config.brokers,
-      topic: config.topic,
-      brokerDownGraceMs: config.brokerDownGraceMs,
-      queueFullWaitMs: config.queueFullWaitMs,
-    };
-    this.tooLarge = refuse('payload_too_large', `body is larger than ${config.maxBodyBytes} bytes (MAX_BODY_BYTES)`);
-    this.waiting = new WaitingRoom(() => deps.producer.admission(), config.queueFullWaitMs, config.queueFullWaitMaxBytes);
-    deps.metrics.setWaitingSource(() => this.waiting.size);
+    this.track = new TrackHandler(deps.config, deps.producer, deps.metrics);
     const m = deps.metrics;
     this.tally = m.track.tally;
     const routeMetrics = Object.fromEntries(GET_PATHS.map((path) => [path, m.other(path)])) as Record<GetPath, RouteMetrics>;
@@ -155,64 +124,54 @@ export class HttpServer {
     });
   }
 
-  /** Stops accepting connections, then waits (at most timeoutMs) for bodies being read to finish. */
+  /** Stops accepting connections, then waits (at most timeoutMs) for bodies being read or waiting for room. */
   async stop(timeoutMs: number): Promise<void> {
     this.draining = true;
     if (this.listenSocket !== null) uWS.us_listen_socket_close(this.listenSocket);
     this.listenSocket = null;
-    await pollUntil(() => this.bodiesInFlight === 0, timeoutMs);
+    await pollUntil(() => this.bodiesReading === 0 && this.track.waitingForRoom === 0, timeoutMs);
   }
 
   /** Waits (at most timeoutMs) until every accepted request whose answer waited has been answered. */
   async settled(timeoutMs: number): Promise<void> {
-    await pollUntil(() => this.awaitingDelivery === 0, timeoutMs);
+    await pollUntil(() => this.track.awaitingAnswer === 0, timeoutMs);
   }
 
   // ---- POST /track: the hot path ------------------------------------------------------------
 
   private onTrack(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
-    const started = performance.now();
+    let aborted = false;
+    const x: TrackExchange = {
+      started: performance.now(),
+      aborted: () => aborted,
+      answer: (outcome, stopReading) => this.finishTrack(res, outcome, stopReading),
+    };
     // Headers must be read now: uWS reuses `req` once this function returns.
-    if (!isJsonContentType(req.getHeader(H_CONTENT_TYPE))) return this.finishTrack(res, started, UNSUPPORTED_TYPE, STOP_READING);
-    const encoding = req.getHeader(H_CONTENT_ENCODING);
-    const gzipped = encoding === 'gzip' || encoding === 'x-gzip';
-    if (!gzipped && encoding !== '' && encoding !== 'identity') return this.finishTrack(res, started, UNSUPPORTED_ENCODING, STOP_READING);
-
-    const max = this.limits.maxBodyBytes;
-    const lengthHeader = req.getHeader(H_CONTENT_LENGTH);
-    if (lengthHeader !== '' && Number(lengthHeader) > max) {
-      // Refused before a byte of the body is read.
-      return this.finishTrack(res, started, this.tooLarge, STOP_READING);
-    }
-    // At the broker's limit a worker refuses most requests: answered before the body is read, a
-    // refusal costs no callback per chunk; uWS skips the body's bytes and the connection stays open.
-    // A full queue is the exception: the body is read and the request waits for room (waiting-room.ts).
-    const refusal = this.deps.producer.admission();
-    const waits = this.waiting.mayWait(refusal);
-    if (refusal !== null && !waits) return this.finishTrack(res, started, refusalAnswer(refusal, this.limits), KEEP_READING);
+    const admitted = this.track.admit(x, req.getHeader(H_CONTENT_TYPE), req.getHeader(H_CONTENT_ENCODING), req.getHeader(H_CONTENT_LENGTH));
+    if (admitted === null) return; // answered: refused from its headers
+    const { gzipped, waits } = admitted;
 
     // The body arrives in chunks that uWS owns and reuses after each callback: a single-chunk body
     // (the common case) is handled in place without a copy; longer bodies are copied as they come.
+    const max = this.track.maxBodyBytes;
     let parts: Buffer[] | null = null;
     let received = 0;
     let done = false;
-    let aborted = false;
-    const isAborted = () => aborted;
-    this.bodiesInFlight++;
+    this.bodiesReading++;
     res.onAborted(() => {
       aborted = true;
       if (done) return;
       done = true;
-      this.bodiesInFlight--;
+      this.bodiesReading--;
     });
     res.onData((chunk, isLast) => {
       if (done) return;
       received += chunk.byteLength;
       if (received > max) {
         done = true;
-        this.bodiesInFlight--;
+        this.bodiesReading--;
         this.tally.bytes += received;
-        this.finishTrack(res, started, this.tooLarge, STOP_READING);
+        this.track.tooLarge(x);
         return;
       }
       if (!isLast) {
@@ -220,7 +179,7 @@ export class HttpServer {
         return;
       }
       done = true;
-      this.bodiesInFlight--;
+      this.bodiesReading--;
       let body: Uint8Array;
       if (parts === null) body = new Uint8Array(chunk);
       else {
@@ -228,64 +187,12 @@ export class HttpServer {
         body = Buffer.concat(parts, received);
       }
       this.tally.bytes += received;
-      if (waits) this.waitForRoom(res, started, body, parts !== null, gzipped, isAborted);
-      else this.onBody(res, started, body, parts !== null, gzipped, isAborted);
+      this.track.take(x, body, parts !== null, gzipped, waits);
     });
   }
 
-  /** A whole body: taken, refused, or (the queue full) left to wait for room. `owned`: not uWS's memory. */
-  private onBody(res: uWS.HttpResponse, started: number, body: Uint8Array, owned: boolean, gzipped: boolean, isAborted: () => boolean): void {
-    if (!this.answersLater) {
-      const outcome = handleTrackBody(body, gzipped, this.limits, this.deps.producer);
-      if (this.mayWait(outcome)) this.waitForRoom(res, started, body, owned, gzipped, isAborted);
-      else this.finishTrack(res, started, outcome, KEEP_READING);
-      return;
-    }
-    // ACK_MODE=delivered: answer once Kafka acknowledged (or failed) every point of the request;
-    // JOURNAL_SYNC=disk: once its journal record is on the disk.
-    let outcome: TrackOutcome | null = null;
-    const ticket = newTicket((t) => {
-      if (outcome === null || !outcome.awaitingDelivery) return; // already answered (produce failed midway)
-      this.awaitingDelivery--;
-      const answer = t.failed === 0 ? outcome : deliveryFailed(t, outcome.points);
-      if (isAborted()) this.count(started, answer); // the client left; the points were still sent
-      else this.finishTrack(res, started, answer, KEEP_READING);
-    });
-    outcome = handleTrackBody(body, gzipped, this.limits, this.deps.producer, ticket);
-    if (outcome.awaitingDelivery) this.awaitingDelivery++;
-    else if (this.mayWait(outcome)) this.waitForRoom(res, started, body, owned, gzipped, isAborted);
-    else this.finishTrack(res, started, outcome, KEEP_READING);
-  }
-
-  /** A request read whole that did not fit in the queue (tryEnqueue) waits too, behind those already waiting. */
-  private mayWait(outcome: TrackOutcome): boolean {
-    return outcome.refusal === 'queue_full' && this.waiting.mayWait(outcome.refusal);
-  }
-
-  /**
-   * The queue is full: the request waits (a copy of its body, uWS reusing its own) until the
-   * waiting room lets it go on or refuses it. Nothing of it is taken meanwhile.
-   */
-  private waitForRoom(res: uWS.HttpResponse, started: number, body: Uint8Array, owned: boolean, gzipped: boolean, isAborted: () => boolean): void {
-    const kept = owned ? body : Buffer.copyBytesFrom(body);
-    this.bodiesInFlight++;
-    const entered = this.waiting.enter({
-      since: started,
-      bytes: kept.byteLength,
-      release: (refusal) => {
-        this.bodiesInFlight--;
-        if (isAborted()) return; // the client left while it waited: nothing was taken, nothing to answer
-        if (refusal === null) this.onBody(res, started, kept, true, gzipped, isAborted);
-        else this.finishTrack(res, started, refusalAnswer(refusal, this.limits), KEEP_READING);
-      },
-    });
-    if (!entered) {
-      this.bodiesInFlight--;
-      this.finishTrack(res, started, refusalAnswer('queue_full', this.limits), KEEP_READING);
-    }
-  }
-
-  private finishTrack(res: uWS.HttpResponse, started: number, outcome: TrackOutcome, stopReading: boolean): void {
+  /** Writes a POST /track answer (counted by the handler). */
+  private finishTrack(res: uWS.HttpResponse, outcome: TrackOutcome, stopReading: boolean): void {
     if (stopReading) {
       // The rest of the body is not wanted. Closing the socket now would make the kernel answer the
       // unread bytes with a TCP RST, which can destroy the response before the client reads it.
@@ -299,20 +206,6 @@ export class HttpServer {
       if (stopReading) res.writeHeader(H_CONNECTION, CLOSE);
       res.end(outcome.body, this.draining);
     });
-    this.count(started, outcome);
-  }
-
-  private count(started: number, outcome: TrackOutcome): void {
-    const { tally, duration, requestPoints } = this.deps.metrics.track;
-    if (outcome.status === 202) {
-      tally.points += outcome.points;
-      if (outcome.points > 0) requestPoints.observe(outcome.points);
-    } else if (outcome.reason !== undefined) {
-      tally.rejected[outcome.reason] += outcome.points;
-      tally.refused[outcome.reason]++;
-    }
-    tally.byStatus[outcome.status]++;
-    duration.observe((performance.now() - started) / 1000);
   }
 
   // ---- the other routes ---------------------------------------------------------------------

@@ -1,5 +1,6 @@
-// POST /track after the body has been read: decompress, decode, parse, validate, encode, enqueue.
-// Independent of uWebSockets.js so that it reads top to bottom and can be tested without sockets.
+// POST /track's body, once read: decompress, decode, parse, validate, encode, enqueue. The answer to
+// each outcome is made here; track-handler.ts decides what comes before (admission) and after (waiting
+// for room, for Kafka or for the disk).
 //
 //   bytes ─gunzip?─┬─▶ single pass: all points valid? ─────────────────────────────────────┬─▶ producer
 //     413 / 400    └─▶ UTF-8 check ─▶ JSON.parse ─▶ array? ≤ MAX_POINTS? ─▶ zod ─▶ encode ─┘     500
@@ -30,18 +31,19 @@ export interface TrackOutcome {
   refusal?: ProducerRefusal;
 }
 
-/** What the track body needs from the producer. */
+/** What POST /track needs from the producer. */
 export interface PointSink {
-  /** Why nothing could be taken now (checked before parsing), or null. */
+  /** Why nothing could be taken now (asked before the body is read), or null. */
   admission(): ProducerRefusal | null;
-  /** Takes all points or none; null when taken. With a ticket, every point reports back to it. */
+  /** Takes all points or none; null when taken. With a ticket, its answer waits for the ticket. */
   tryEnqueue(batch: EncodedPoints, ticket: DeliveryTicket | null): Refusal | null;
 }
 
-/** The limits a body is held to, and what the refusals' messages name. */
-export interface TrackLimits extends RefusalContext {
+/** The limits a body is held to, and the answer to each refusal of the producer (refusalAnswers). */
+export interface TrackLimits {
   maxBodyBytes: number;
   maxPoints: number;
+  refusals: Readonly<Record<ProducerRefusal, TrackOutcome>>;
 }
 
 /** The 202 answers of up to this many points are built at start-up and kept. */
@@ -60,22 +62,8 @@ export function refuse(code: TrackRejection, message: string, points = 0, detail
   return retryAfter === undefined ? { status, body, points, reason: code } : { status, body, points, reason: code, retryAfter };
 }
 
-/** The answer to a request when the producer can take nothing now, whatever its body; null: read it. */
-function refusedBeforeBody(limits: TrackLimits, sink: PointSink): TrackOutcome | null {
-  const refusal = sink.admission();
-  return refusal === null ? null : refusalAnswer(refusal, limits);
-}
-
-/** The 500 of a request the producer took nothing of, for this reason (built once, shared). */
-export function refusalAnswer(refusal: ProducerRefusal, limits: TrackLimits): TrackOutcome {
-  return producerRefused(refusal, limits, 0);
-}
-
-/** ticket: null in ACK_MODE=async; in delivered mode, the request's ticket for tryEnqueue. */
+/** ticket: null but in ACK_MODE=delivered and JOURNAL_SYNC=disk, where the answer waits for it. */
 export function handleTrackBody(raw: Uint8Array, gzipped: boolean, limits: TrackLimits, sink: PointSink, ticket: DeliveryTicket | null = null): TrackOutcome {
-  const early = refusedBeforeBody(limits, sink);
-  if (early !== null) return early;
-
   let bytes = raw;
   if (gzipped) {
     try {
@@ -149,33 +137,24 @@ export function deliveryFailed(ticket: DeliveryTicket, count: number): TrackOutc
   return refuse('delivery_uncertain', message, count);
 }
 
-/** The 500 of each producer refusal for one set of limits: status, body and reason fixed, no points. */
-type RefusalAnswers = Readonly<Record<ProducerRefusal, TrackOutcome>>;
-const refusalAnswersByLimits = new WeakMap<TrackLimits, RefusalAnswers>();
-
 /**
- * The answers are built once per limits object (the server keeps one) and reused: a worker under
- * overload refuses most requests, and building each answer anew (JSON.stringify, an object spread
- * into a new shape, the body turned into UTF-8 by uWS) took a third of a refusal's CPU (a 100-point
- * request refused: 11.3-12.0 µs, 7.4-7.5 once built once; bench/HISTORY.md).
+ * The 500 of each producer refusal, made once and kept (track-handler.ts): a worker under overload
+ * refuses most requests, and making each answer anew (JSON.stringify, an object spread into a new
+ * shape, the body turned into UTF-8 by uWS) took a third of a refusal's CPU (a 100-point request
+ * refused: 11.3-12.0 µs, 7.4-7.5 once made once; bench/HISTORY.md).
  */
-function refusalAnswers(limits: TrackLimits): RefusalAnswers {
-  let answers = refusalAnswersByLimits.get(limits);
-  if (answers === undefined) {
-    const built: Partial<Record<ProducerRefusal, TrackOutcome>> = {};
-    for (const refusal of PRODUCER_REFUSALS) {
-      const { status, body, retryAfter } = errorAnswer(refusal, refusalMessage(refusal, limits));
-      // Frozen: one object answers every request refused for this reason.
-      built[refusal] = Object.freeze({ status, body: Buffer.from(body, 'utf8'), points: 0, reason: refusal, retryAfter, refusal });
-    }
-    answers = built as RefusalAnswers;
-    refusalAnswersByLimits.set(limits, answers);
+export function refusalAnswers(context: RefusalContext): Readonly<Record<ProducerRefusal, TrackOutcome>> {
+  const answers: Partial<Record<ProducerRefusal, TrackOutcome>> = {};
+  for (const refusal of PRODUCER_REFUSALS) {
+    const { status, body, retryAfter } = errorAnswer(refusal, refusalMessage(refusal, context));
+    // Frozen: one object answers every request refused for this reason.
+    answers[refusal] = Object.freeze({ status, body: Buffer.from(body, 'utf8'), points: 0, reason: refusal, retryAfter, refusal });
   }
-  return answers;
+  return answers as Record<ProducerRefusal, TrackOutcome>;
 }
 
 /** The 500 of a producer refusal: nothing of the request was taken; `points` are counted as refused. */
 function producerRefused(refusal: ProducerRefusal, limits: TrackLimits, points: number): TrackOutcome {
-  const answer = refusalAnswers(limits)[refusal];
+  const answer = limits.refusals[refusal];
   return points === 0 ? answer : { ...answer, points };
 }

@@ -30,7 +30,7 @@ export class WaitingRoom {
   private readonly waiters: Waiter[] = [];
   private bytes = 0;
   private timer: NodeJS.Timeout | null = null;
-  /** Inside poll(): a request let go that still did not fit enters again, behind the others. */
+  /** Inside poll(): a request let go that still did not fit enters again, behind the others, for the next poll. */
   private polling = false;
 
   constructor(
@@ -72,9 +72,12 @@ export class WaitingRoom {
   private poll(): void {
     const now = performance.now();
     let released = 0;
+    // Only those waiting when the poll began: one let go that still did not fit enters again, behind
+    // them, and waits for the next poll (admission and the queue could disagree on a request's size).
+    const waiting = this.waiters.length;
     this.polling = true;
     try {
-      while (released < this.waiters.length) {
+      while (released < waiting) {
         const refusal = this.admission();
         const waiter = this.waiters[released] as Waiter;
         if (refusal === 'queue_full' && now - waiter.since < this.waitMs) break;

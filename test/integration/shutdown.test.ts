@@ -1,15 +1,10 @@
 // SIGTERM: stop accepting, finish what is in flight, flush every producer, exit 0, lose nothing.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { consumeAll } from '../../support/kafka.js';
 import { point, postTrack, startService } from '../helpers/service.js';
 import { fileTopic } from '../helpers/topic.js';
 
 const topic = fileTopic('shutdown');
-beforeAll(async () => {
-});
-afterAll(async () => {
-});
-
 describe('graceful shutdown', () => {
   it('delivers every accepted point when SIGTERM arrives right after the last 202', async () => {
     // linger.ms=1000 keeps the points in the producers' queues when the signal arrives, so the

@@ -42,6 +42,28 @@ describe('Grafana dashboard', () => {
   });
 });
 
+describe('the metrics table of docs/operations.md', () => {
+  const doc = read('docs/operations.md');
+  // Every `ingest_...` name in the first column of its rows; {a,b} spelled out.
+  const listed = new Set(
+    doc
+      .split('\n')
+      .filter((l) => l.startsWith('| `ingest_'))
+      .flatMap((l) => l.split(' | ')[0]!.match(/ingest_[a-z0-9_{},]+/g) ?? [])
+      .flatMap((name) => {
+        const m = /^(.*)\{([a-z0-9,]+)\}(.*)$/.exec(name);
+        return m === null ? [name] : m[2]!.split(',').map((part) => `${m[1]}${part}${m[3]}`);
+      }),
+  );
+
+  it('lists every metric the service exports (prom-client defaults aside), and no other', async () => {
+    const own = [...(await metricNames())].filter((n) => !/^ingest_process_|^ingest_nodejs_(?!eventloop_lag_(min|max|mean|stddev|p50|p90|p99)_)/.test(n) && !/_(sum|count|bucket)$/.test(n));
+    for (const name of own) expect(listed.has(name), name).toBe(true);
+    const known = await metricNames();
+    for (const name of listed) if (!name.endsWith('_')) expect(known.has(name), name).toBe(true);
+  });
+});
+
 describe('Kubernetes manifests', () => {
   const deployment = parse(read('deploy/k8s/statefulset.yaml'));
   const spec = deployment.spec.template.spec;

@@ -3,7 +3,7 @@
 // breaks one rule is rejected with the right detail; arbitrary bodies never throw.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { handleTrackBody, type PointSink } from '../../../src/http/track-body.js';
+import { handleTrackBody, refusalAnswers, type PointSink } from '../../../src/http/track-body.js';
 import type { Refusal } from '../../../src/kafka/producer.js';
 import { messagesOf, type EncodedPoints } from '../../../src/track-point/encode.js';
 
@@ -56,7 +56,7 @@ class Sink implements PointSink {
     return null;
   }
 }
-const limits = { maxBodyBytes: 1 << 20, maxPoints: 10_000, brokerDownGraceMs: 5000, topic: 't', brokers: 'b:9092', queueFullWaitMs: 200 };
+const limits = { maxBodyBytes: 1 << 20, maxPoints: 10_000, refusals: refusalAnswers({ brokerDownGraceMs: 5000, topic: 't', brokers: 'b:9092', queueFullWaitMs: 200 }) };
 const post = (body: string | Buffer) => {
   const sink = new Sink();
   const out = handleTrackBody(Buffer.isBuffer(body) ? body : Buffer.from(body), false, limits, sink);

@@ -1,0 +1,163 @@
+// POST /track from its headers to its answer, with the producer replaced at its seam (PointSink) and
+// the socket by an exchange that records what it is told. The integration tests run the same paths
+// against uWebSockets.js and a real broker.
+import { describe, expect, it } from 'vitest';
+import { loadConfig } from '../../../src/config.js';
+import type { ProducerRefusal } from '../../../src/errors.js';
+import type { PointSink, TrackOutcome } from '../../../src/http/track-body.js';
+import { isJsonContentType, TrackHandler, type TrackExchange } from '../../../src/http/track-handler.js';
+import type { DeliveryTicket } from '../../../src/kafka/delivery-reports.js';
+import type { Refusal } from '../../../src/kafka/producer.js';
+import { createWorkerMetrics } from '../../../src/metrics.js';
+import type { EncodedPoints } from '../../../src/track-point/encode.js';
+
+const point = { container_id: 'c1', lat: 1, lon: 2, timestamp: '2024-05-01T12:00:00Z' };
+const body = (n: number) => Buffer.from(JSON.stringify(Array.from({ length: n }, () => point)));
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A producer whose admission and enqueue answer what the test says; it keeps the tickets it was given. */
+class FakeProducer implements PointSink {
+  admits: ProducerRefusal | null = null;
+  enqueues: Refusal | null = null;
+  taken = 0;
+  tickets: DeliveryTicket[] = [];
+  admission(): ProducerRefusal | null {
+    return this.admits;
+  }
+  tryEnqueue(batch: EncodedPoints, ticket: DeliveryTicket | null): Refusal | null {
+    if (this.enqueues !== null) return this.enqueues;
+    this.taken += batch.count;
+    if (ticket !== null) {
+      ticket.remaining = batch.count;
+      this.tickets.push(ticket);
+    }
+    return null;
+  }
+}
+
+function exchange(aborted = false) {
+  const answers: { status: number; error?: string; stopReading: boolean }[] = [];
+  const x: TrackExchange & { answers: typeof answers; abort(): void } = {
+    started: performance.now(),
+    answers,
+    aborted: () => aborted,
+    abort: () => {
+      aborted = true;
+    },
+    answer(outcome: TrackOutcome, stopReading: boolean) {
+      const json = JSON.parse(outcome.body.toString()) as { error?: string };
+      answers.push({ status: outcome.status, ...(json.error === undefined ? {} : { error: json.error }), stopReading });
+    },
+  };
+  return x;
+}
+
+function handler(env: Record<string, string> = {}) {
+  const producer = new FakeProducer();
+  const metrics = createWorkerMetrics('t');
+  const h = new TrackHandler(loadConfig({ MAX_BODY_BYTES: '4096', ...env }), producer, metrics);
+  return { h, producer, tally: metrics.track.tally };
+}
+
+/** admit(), then take() of the body if admitted: the path of one request. */
+function post(h: TrackHandler, x: ReturnType<typeof exchange>, data: Buffer, headers: { type?: string; encoding?: string; length?: string } = {}) {
+  const a = h.admit(x, headers.type ?? 'application/json', headers.encoding ?? '', headers.length ?? String(data.byteLength));
+  if (a !== null) h.take(x, data, true, a.gzipped, a.waits);
+}
+
+describe('TrackHandler: admission, from the headers', () => {
+  it('refuses a Content-Type other than JSON, an encoding other than gzip, a Content-Length over the limit: the rest unread', () => {
+    const { h, producer } = handler();
+    for (const [headers, status] of [
+      [{ type: 'text/plain' }, 415],
+      [{ encoding: 'br' }, 415],
+      [{ length: '5000' }, 413],
+    ] as const) {
+      const x = exchange();
+      post(h, x, body(1), headers);
+      expect(x.answers, JSON.stringify(headers)).toEqual([{ status, error: status === 415 ? 'unsupported_media_type' : 'payload_too_large', stopReading: true }]);
+    }
+    expect(producer.taken).toBe(0);
+  });
+
+  it('refuses with the producer\'s own code before the body is read when it takes nothing now, the connection kept, and counts it', () => {
+    const { h, producer, tally } = handler();
+    producer.admits = 'broker_stalled';
+    const x = exchange();
+    post(h, x, Buffer.from('not even json'));
+    expect(x.answers).toEqual([{ status: 500, error: 'broker_stalled', stopReading: false }]);
+    expect([tally.byStatus[500], tally.refused.broker_stalled]).toEqual([1, 1]);
+  });
+
+  it('takes JSON with parameters, in any case, and no Content-Type at all', () => {
+    for (const type of ['application/json', 'Application/JSON; charset=utf-8', '']) expect(isJsonContentType(type), type).toBe(true);
+    for (const type of ['application/jsonx', 'text/json']) expect(isJsonContentType(type), type).toBe(false);
+  });
+});
+
+describe('TrackHandler: taking a body', () => {
+  it('answers 202 at once and counts the points; answers 400 for an invalid body and counts its refusal', () => {
+    const { h, producer, tally } = handler();
+    const ok = exchange();
+    post(h, ok, body(3));
+    const bad = exchange();
+    post(h, bad, Buffer.from('[{"lat": 1}]'));
+    expect(ok.answers).toEqual([{ status: 202, stopReading: false }]);
+    expect(bad.answers).toEqual([{ status: 400, error: 'validation_failed', stopReading: false }]);
+    expect([producer.taken, tally.points, tally.byStatus[202], tally.byStatus[400], tally.refused.validation_failed]).toEqual([3, 3, 1, 1, 1]);
+  });
+
+  it('refuses a body that grew past MAX_BODY_BYTES while being read, the rest unread', () => {
+    const { h } = handler();
+    const x = exchange();
+    h.tooLarge(x);
+    expect(x.answers).toEqual([{ status: 413, error: 'payload_too_large', stopReading: true }]);
+  });
+
+  it('with ACK_MODE=delivered, answers once the ticket settles: 202, or delivery_failed; an aborted client is counted, not answered', () => {
+    const { h, producer, tally } = handler({ ACK_MODE: 'delivered' });
+    const [a, b, c] = [exchange(), exchange(), exchange()];
+    for (const x of [a, b, c]) post(h, x, body(2));
+    expect([a.answers, h.awaitingAnswer]).toEqual([[], 3]);
+    const [ta, tb, tc] = producer.tickets as [DeliveryTicket, DeliveryTicket, DeliveryTicket];
+    ta.settle(ta);
+    tb.failed = 2;
+    tb.firstError = 'Local: Message timed out';
+    tb.settle(tb);
+    c.abort();
+    tc.settle(tc);
+    expect([a.answers, b.answers, c.answers]).toEqual([[{ status: 202, stopReading: false }], [{ status: 500, error: 'delivery_failed', stopReading: false }], []]);
+    expect([h.awaitingAnswer, tally.byStatus[202], tally.points]).toEqual([0, 2, 4]);
+  });
+
+  it('lets a request that finds the queue full wait for room, and takes it as room appears, oldest first', async () => {
+    const { h, producer } = handler({ QUEUE_FULL_WAIT_MS: '2000' });
+    producer.admits = 'queue_full';
+    const [first, second] = [exchange(), exchange()];
+    post(h, first, body(1));
+    post(h, second, body(2));
+    expect([first.answers, second.answers, h.waitingForRoom]).toEqual([[], [], 2]);
+    producer.admits = null;
+    await sleep(20);
+    expect([first.answers, second.answers, producer.taken, h.waitingForRoom]).toEqual([[{ status: 202, stopReading: false }], [{ status: 202, stopReading: false }], 3, 0]);
+  });
+
+  it('answers queue_full after QUEUE_FULL_WAIT_MS without room, and a request read whole that did not fit waits too', async () => {
+    const { h, producer } = handler({ QUEUE_FULL_WAIT_MS: '50' });
+    producer.enqueues = 'queue_full'; // admitted from its headers, then no room for its points
+    const x = exchange();
+    post(h, x, body(1));
+    expect([x.answers, h.waitingForRoom]).toEqual([[], 1]);
+    producer.admits = 'queue_full';
+    await sleep(120);
+    expect(x.answers).toEqual([{ status: 500, error: 'queue_full', stopReading: false }]);
+  });
+
+  it('refuses at once, without waiting, when QUEUE_FULL_WAIT_MS is 0', () => {
+    const { h, producer } = handler({ QUEUE_FULL_WAIT_MS: '0' });
+    producer.admits = 'queue_full';
+    const x = exchange();
+    post(h, x, body(1));
+    expect(x.answers).toEqual([{ status: 500, error: 'queue_full', stopReading: false }]);
+  });
+});
