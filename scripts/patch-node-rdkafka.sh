@@ -6,9 +6,9 @@
 #     acknowledges it, in the broker thread, instead of one delivery report each (the write-ahead
 #     journal learns which of its records Kafka has: src/journal/);
 #   - keep-brokers-on-empty-metadata: librdkafka keeps its brokers when a Metadata answer lists none,
-#     instead of dropping them all (README, "A broker that stops answering");
+#     instead of dropping them all (docs/reliability.md, "A broker that stops answering");
 #   - release-per-queue: a delivered MessageSet's accounting and topic references released once, not
-#     per message (README, Performance, "librdkafka releases a delivered batch at once");
+#     per message (docs/performance.md, "librdkafka releases a delivered batch at once");
 #   - timestamp-produce-batch: rd_kafka_produce_batch_at(), produce_batch with the messages'
 #     timestamp given (a journal record produced again keeps the time it was accepted).
 #   librdkafka is rebuilt with its own `make libs install`: node-rdkafka's gyp action runs only when
@@ -19,7 +19,7 @@
 #     possibly persisted, not persisted), which ACK_MODE=delivered answers from, and the message's
 #     tag when it had one;
 #   - produce-batch: Producer#produceBatch hands librdkafka every message of a request in one native
-#     call (README, "One native call per request" says why), with a tag and a timestamp;
+#     call (docs/performance.md, "One native call per request", says why), with a tag and a timestamp;
 #     Producer#takeAcks and Producer#queueLength.
 #   The addon is rebuilt with `node-gyp build`, not `rebuild`: only the changed C++ files are compiled
 #   again (about 20 s).

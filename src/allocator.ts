@@ -5,7 +5,7 @@
 // chunk to the arena of the thread that allocated it, under that arena's lock, so the two threads
 // meet on one lock and the JavaScript thread's next malloc finds its cache empty; jemalloc batches
 // those frees. About 7 % less CPU per point at 100 points per request, about the same peak memory
-// (README, "Memory allocator").
+// (docs/performance.md, "Memory allocator").
 //
 // Only the workers are started with LD_PRELOAD: the dynamic loader reads it when a process starts,
 // and the primary, which allocates little, is already running.

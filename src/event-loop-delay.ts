@@ -11,7 +11,7 @@
 // timer that falls due during it by the rest of the stall. At 20 ms a stall of 5 ms or more is seen
 // by at least one sample in four; one that repeats (a request that takes 5 ms to handle) shows in the
 // percentiles, a lone one in the max. The libuv timer runs in C++, no JavaScript: 50 wake-ups a second
-// (docs in the README, "Metrics": the idle cost measured).
+// (docs/performance.md, "Sizing": the idle cost measured).
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
 
 export const EVENT_LOOP_SAMPLE_MS = 20;

@@ -129,7 +129,7 @@ export function createWorkerMetrics(workerId: string) {
   });
   new Counter({
     name: `${METRIC_PREFIX}requests_rejected_total`,
-    help: 'POST /track requests answered with an error, by reason: the error code of the answer (queue_full is backpressure, broker_unavailable an outage; see the README\'s error catalogue).',
+    help: 'POST /track requests answered with an error, by reason: the error code of the answer (queue_full is backpressure, broker_unavailable an outage; see the error catalogue in the README).',
     labelNames: ['reason'] as const,
     registers,
     collect() {

@@ -25,6 +25,17 @@ const RESTART_BASE_MS = 100;
 const RESTART_MAX_MS = 10_000;
 const CRASH_WINDOW_MS = 60_000;
 
+/**
+ * How long to wait before replacing a worker that crashed at `now`, given the times of the crashes
+ * before it (kept and trimmed in place: those older than a minute are forgotten). The first crash of
+ * a minute is replaced at once; each more waits twice as long, from 100 ms up to 10 s.
+ */
+export function restartDelay(recentCrashes: number[], now: number): number {
+  recentCrashes.push(now);
+  while (now - (recentCrashes[0] ?? now) > CRASH_WINDOW_MS) recentCrashes.shift();
+  return recentCrashes.length === 1 ? 0 : Math.min(RESTART_MAX_MS, RESTART_BASE_MS * 2 ** (recentCrashes.length - 2));
+}
+
 export function runPrimary(config: Config): void {
   const log = createLogger(config.logLevel, { role: 'primary' });
   const metrics = createPrimaryMetrics();
@@ -115,10 +126,7 @@ export function runPrimary(config: Config): void {
       for (const w of Object.values(cluster.workers ?? {})) w?.kill('SIGKILL');
       process.exit(code);
     }
-    const now = Date.now();
-    recentCrashes.push(now);
-    while (now - (recentCrashes[0] ?? now) > CRASH_WINDOW_MS) recentCrashes.shift();
-    const delay = recentCrashes.length === 1 ? 0 : Math.min(RESTART_MAX_MS, RESTART_BASE_MS * 2 ** (recentCrashes.length - 2));
+    const delay = restartDelay(recentCrashes, Date.now());
     metrics.workerRestarts.inc();
     log.error({ worker: worker.id, slot, pid: worker.process.pid, code, signal, restartInMs: delay, crashesLastMinute: recentCrashes.length }, 'worker exited unexpectedly; replacing it');
     const replace = () => {

@@ -58,7 +58,7 @@ export class BrokerSilence {
    * session timeout is fenced by the controller for 5-25 ms (the broker's log), and a fenced broker is
    * left out of metadata answers. In freeze tests a worker sometimes lost its brokers at the thaw, and
    * its stall never ended (the remembered entry kept its silence; no answer counted): it refused
-   * points until the test gave up (README, "A broker that stops answering"). So a broker missing from
+   * points until the test gave up (docs/reliability.md, "A broker that stops answering"). So a broker missing from
    * the snapshot is forgotten (with none left, "no broker reachable" is for the connection state to
    * say), and `rx` that moved either way is an answer.
    */

@@ -1,5 +1,5 @@
 // What the producer knows about Kafka, and what it answers because of it: whether points can be taken
-// (refusal), whether the worker is ready (/readyz), whether a journal replay may start. A state
+// (refusal), whether the worker is ready (/readyz), whether what the journal holds may be produced again. A state
 // machine fed by events; it does no I/O and reads the time from a clock, so every transition is
 // tested without a broker (test/unit/kafka/broker-state.test.ts).
 //
@@ -106,11 +106,6 @@ export class BrokerState {
   }
 
   // ---- what follows from it -----------------------------------------------------------------
-
-  /** The topic is known with a leader (the producer looks again until it is). */
-  get topicKnown(): boolean {
-    return this.topicReady;
-  }
 
   /** No broker is reachable now (a metadata answer then means one is again). */
   get noBrokerReachable(): boolean {

@@ -1,6 +1,5 @@
 // librdkafka's statistics (STATISTICS.md), emitted every STATS_INTERVAL_MS: the fields this service
-// reads, and their export to Prometheus. The queue accounting and the broker state read them too
-// (producer.ts, broker-state.ts).
+// reads, and their export to Prometheus. The broker state reads them too (producer.ts, broker-state.ts).
 import type { WorkerMetrics } from '../metrics.js';
 import type { BrokerStatsSample } from './broker-silence.js';
 
@@ -26,15 +25,6 @@ export interface Statistics {
   brokers?: Record<string, BrokerStats>;
   topics?: Record<string, { partitions?: Record<string, { partition: number; leader: number }>; batchcnt?: { avg: number; cnt: number } }>;
 }
-
-/** When librdkafka took statistics (their `ts`: rd_clock(), CLOCK_MONOTONIC, µs) on performance.now()'s scale (ms). */
-export function statisticsTakenAt(stats: Statistics): number {
-  return stats.ts / 1000 - MONOTONIC_AT_PERFORMANCE_ZERO_MS;
-}
-
-// process.hrtime and performance.now() both read libuv's CLOCK_MONOTONIC; one reading of each fixes
-// the offset between them to well under a microsecond.
-const MONOTONIC_AT_PERFORMANCE_ZERO_MS = Number(process.hrtime.bigint()) / 1e6 - performance.now();
 
 /** The brokers by node id (bootstrap entries, nodeid < 0, are not brokers). */
 export function realBrokers(stats: Statistics): BrokerStats[] {

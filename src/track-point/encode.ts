@@ -1,4 +1,4 @@
-// The Kafka message of one accepted point (README, "The Kafka messages"):
+// The Kafka message of one accepted point (the README says what a consumer gets):
 //   key   = container_id (UTF-8)
 //   value = {"container_id":…,"lat":…,"lon":…,"timestamp":…,"speed":…}
 // the bytes JSON.stringify would write for the point with its keys in this order, written by a
@@ -14,7 +14,7 @@ import type { TrackPoint } from './schema.js';
  * The messages of one request, as the producer hands them to librdkafka in one call
  * (Producer#produceBatch, patches/): bytes in one buffer, and four offsets per message into it.
  * Message i's value is data[messages[4i], messages[4i+1]) and its key
- * data[messages[4i+2], messages[4i+3]); messagesOf() reads them back.
+ * data[messages[4i+2], messages[4i+3]) (support/messages.ts reads them back, for the tests).
  */
 export interface EncodedPoints {
   readonly count: number;
@@ -52,7 +52,7 @@ const VALUE_OVERHEAD = 192;
  * when it is not in its small cache of recent numbers, which is every coordinate of real traffic (a
  * benchmark that repeats one body hits the cache every time). writeNumber writes the usual GPS value,
  * up to seven decimals, digit by digit instead (measured on bodies of distinct 6-decimal
- * coordinates: README, "Numbers, and what a repeated body hides").
+ * coordinates: docs/performance.md, "Numbers, and what a repeated body hides").
  */
 export function encodePoints(points: readonly TrackPoint[]): EncodedPoints {
   const count = points.length;
@@ -209,17 +209,4 @@ function writeNumber(x: number, p: number): number {
     for (let k = 6; k >= lowest; k--) out[p++] = k < n ? (digits[k] as number) : 48;
   }
   return p;
-}
-
-/** The messages of an encoded request as keys and values (copies): what Kafka receives, for checks. */
-export function messagesOf(batch: EncodedPoints): { keys: string[]; values: Buffer[] } {
-  const keys: string[] = [];
-  const values: Buffer[] = [];
-  const data = Buffer.from(batch.data.buffer, batch.data.byteOffset, batch.data.byteLength);
-  for (let i = 0; i < batch.count; i++) {
-    const m = batch.messages.subarray(4 * i, 4 * i + 4);
-    values.push(Buffer.from(data.subarray(m[0], m[1])));
-    keys.push(data.toString('utf8', m[2], m[3]));
-  }
-  return { keys, values };
 }

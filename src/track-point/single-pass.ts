@@ -142,11 +142,40 @@ type ValueReader = (b: Uint8Array, i: number, j: number) => number;
 
 /**
  * readAsWritten for these fields, generated at start-up with each prefix's bytes as constants in
- * the comparisons (`b[i + 1] !== 34 || …`): the same test as a loop over the prefixes, which loaded
- * every byte of them from an array. The single pass took 0.50 µs per point with the loop against
- * 0.42 generated, 0.37 against 0.30 on distinct coordinates (bench/HISTORY.md).
+ * the comparisons (`b[i + 1] !== 34 || …`): the same test as the loop over the prefixes below, which
+ * loads every byte of them from an array. The single pass took 0.50 µs per point with the loop
+ * against 0.42 generated, 0.37 against 0.30 on distinct coordinates (bench/HISTORY.md). `generate:
+ * false`, or a process that forbids code generation (--disallow-code-generation-from-strings), takes
+ * the loop.
  */
 function compileReadAsWritten(
+  prefixes: readonly Uint8Array[],
+  isString: readonly boolean[],
+  readString: ValueReader,
+  readNumber: ValueReader,
+  numberAsWritten: () => boolean,
+  generate: boolean,
+): (b: Uint8Array, i: number) => number {
+  if (generate) {
+    try {
+      return generatedReadAsWritten(prefixes, isString, readString, readNumber, numberAsWritten);
+    } catch (err) {
+      if (!(err instanceof EvalError)) throw err;
+    }
+  }
+  return (b, i) => {
+    for (let j = 0; j < prefixes.length; j++) {
+      const prefix = prefixes[j]!;
+      for (let k = 0; k < prefix.length; k++) if (b[i + k] !== prefix[k]) return -1;
+      // A string's prefix ends with its opening quote, where readString starts.
+      i = isString[j] ? readString(b, i + prefix.length - 1, j) : readNumber(b, i + prefix.length, j);
+      if (i < 0 || (!isString[j] && !numberAsWritten())) return -1;
+    }
+    return b[i] === CLOSE_OBJECT ? i + 1 : -1;
+  };
+}
+
+function generatedReadAsWritten(
   prefixes: readonly Uint8Array[],
   isString: readonly boolean[],
   readString: ValueReader,
@@ -168,7 +197,7 @@ function compileReadAsWritten(
  * Compiles the single pass for an object schema of strings and numbers. keyField names the string
  * field whose text is the message key.
  */
-export function compileSinglePass(schema: z.ZodObject, keyField: string): (body: Uint8Array, maxPoints: number) => EncodedPoints | null {
+export function compileSinglePass(schema: z.ZodObject, keyField: string, options: { generate: boolean } = { generate: true }): (body: Uint8Array, maxPoints: number) => EncodedPoints | null {
   const fields = compileFields(schema);
   const count = fields.length;
   if (count > 30) throw new Error(`the single pass (src/track-point/single-pass.ts) keeps a bit per field: ${count} fields is too many`);
@@ -325,7 +354,7 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string): (body:
    * in order, each after the same bytes as JSON.stringify writes before it (prefixes), nothing else,
    * every value valid and every number as Number::toString writes it. Otherwise -1.
    */
-  const readAsWritten = compileReadAsWritten(prefixes, isString, readString, readNumber, () => numberAsWritten);
+  const readAsWritten = compileReadAsWritten(prefixes, isString, readString, readNumber, () => numberAsWritten, options.generate);
 
   /** Writes into o at p the message value of the point whose fields are in the slots; the end of it. */
   function writeValue(b: Uint8Array, o: Buffer, p: number, seen: number): number {

@@ -5,7 +5,8 @@ import { describe, expect, it } from 'vitest';
 import { acceptedBody, handleTrackBody, refusalAnswers, type PointSink } from '../../../src/http/track-body.js';
 import { CATALOGUE, PRODUCER_REFUSALS, type ProducerRefusal } from '../../../src/errors.js';
 import type { Refusal } from '../../../src/kafka/producer.js';
-import { messagesOf, type EncodedPoints } from '../../../src/track-point/encode.js';
+import { type EncodedPoints } from '../../../src/track-point/encode.js';
+import { messagesOf } from '../../../support/messages.js';
 
 const context = { brokerDownGraceMs: 5000, topic: 't', brokers: 'b1:9092', queueFullWaitMs: 200 };
 const limits = { maxBodyBytes: 4096, maxPoints: 5, refusals: refusalAnswers(context) };

@@ -8,7 +8,8 @@ import { crc32 } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { Journal, JournalError, SEGMENT_MAX_BYTES } from '../../../src/journal/journal.js';
 import { readRecord, recordBytes, type JournalBatch } from '../../../src/journal/record.js';
-import { encodePoints, messagesOf } from '../../../src/track-point/encode.js';
+import { encodePoints } from '../../../src/track-point/encode.js';
+import { messagesOf } from '../../../support/messages.js';
 
 const dir = () => mkdtempSync(join(tmpdir(), 'journal-unit-'));
 const open = (d: string, over: Partial<ConstructorParameters<typeof Journal>[0]> = {}) => {
@@ -21,7 +22,7 @@ const batch = (tag: string, n: number): JournalBatch => {
   const e = encodePoints(Array.from({ length: n }, (_, i) => ({ container_id: `${tag}-${i}`, lat: i, lon: 2, timestamp: '2024-05-01T12:00:00Z', speed: 1 })));
   return { count: e.count, data: Buffer.from(e.data), messages: e.messages.slice() };
 };
-const keys = (b: JournalBatch) => messagesOf({ ...b, bytes: 0, largestValue: 0 }).keys.map((k) => k.toString());
+const keys = (b: JournalBatch) => messagesOf(b).keys.map((k) => k.toString());
 const recovered = (journal: Journal) => journal.nextRecovered(10_000).map((r) => ({ keys: keys(r.record), timestamp: r.record.timestamp, id: r.inFlight.id }));
 
 describe('Journal', () => {

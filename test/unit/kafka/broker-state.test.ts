@@ -46,7 +46,6 @@ describe('BrokerState', () => {
     const m = machine();
     m.state.onConnected(false);
     expect(m.view()).toEqual({ refusal: 'topic_unknown', unready: 'topic t unknown or without leaders', available: false });
-    expect(m.state.topicKnown).toBe(false);
     // Statistics that do not list the topic's partitions, or list them without leaders, say nothing.
     m.stats(100, () => [up(1)], null);
     m.stats(100, () => [up(2)], false);

@@ -7,13 +7,14 @@ import { describe, expect, it } from 'vitest';
 import { Journal } from '../../../src/journal/journal.js';
 import type { JournalBatch } from '../../../src/journal/record.js';
 import { Redelivery } from '../../../src/kafka/redelivery.js';
-import { encodePoints, messagesOf } from '../../../src/track-point/encode.js';
+import { encodePoints } from '../../../src/track-point/encode.js';
+import { messagesOf } from '../../../support/messages.js';
 
 const batch = (tag: string, n: number): JournalBatch => {
   const e = encodePoints(Array.from({ length: n }, (_, i) => ({ container_id: `${tag}-${i}`, lat: i, lon: 2, timestamp: '2024-05-01T12:00:00Z', speed: 1 })));
   return { count: e.count, data: Buffer.from(e.data), messages: e.messages.slice() };
 };
-const keys = (b: JournalBatch) => messagesOf({ ...b, bytes: 0, largestValue: 0 }).keys.map((k) => k.toString());
+const keys = (b: JournalBatch) => messagesOf(b).keys.map((k) => k.toString());
 
 function setup(opts: { available?: boolean; takes?: number; queue?: number; dir?: string } = {}) {
   const journal = new Journal({ dir: opts.dir ?? mkdtempSync(join(tmpdir(), 'redelivery-')), slot: 0, slots: 1, maxBytes: 2 ** 30, sync: 'process' });

@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { encodePoints, messagesOf } from '../../../src/track-point/encode.js';
+import { encodePoints } from '../../../src/track-point/encode.js';
+import { messagesOf } from '../../../support/messages.js';
 import type { TrackPoint } from '../../../src/track-point/schema.js';
 
 const point = (over: Partial<TrackPoint> = {}): TrackPoint => ({

@@ -5,7 +5,8 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { handleTrackBody, refusalAnswers, type PointSink } from '../../../src/http/track-body.js';
 import type { Refusal } from '../../../src/kafka/producer.js';
-import { messagesOf, type EncodedPoints } from '../../../src/track-point/encode.js';
+import { type EncodedPoints } from '../../../src/track-point/encode.js';
+import { messagesOf } from '../../../support/messages.js';
 
 const DAYS = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
 const pad = (n: number, w = 2) => String(n).padStart(w, '0');

@@ -5,8 +5,9 @@ import { isUtf8 } from 'node:buffer';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { encodePoints, messagesOf, type EncodedPoints } from '../../../src/track-point/encode.js';
-import { validatePoints } from '../../../src/track-point/schema.js';
+import { encodePoints, type EncodedPoints } from '../../../src/track-point/encode.js';
+import { messagesOf } from '../../../support/messages.js';
+import { TrackPointSchema, validatePoints } from '../../../src/track-point/schema.js';
 import { compileSinglePass, encodeValidBody } from '../../../src/track-point/single-pass.js';
 
 const MAX_POINTS = 6;
@@ -185,6 +186,16 @@ describe('encodeValidBody', () => {
         expect(got).toStrictEqual(snapshot(general(b, MAX_POINTS)));
       }),
       { numRuns: 10_000 },
+    );
+  });
+
+  it('takes the same bodies with the same messages without generated code (a process that forbids it)', () => {
+    const interpreted = compileSinglePass(TrackPointSchema, 'container_id', { generate: false });
+    fc.assert(
+      fc.property(body, (b) => {
+        expect(snapshot(interpreted(b, MAX_POINTS))).toStrictEqual(snapshot(encodeValidBody(b, MAX_POINTS)));
+      }),
+      { numRuns: 5_000 },
     );
   });
 
