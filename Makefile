@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help install build run gateway test test-faults test-image test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench bench-floor bench-cpu bench-replay clean
+.PHONY: help install build run gateway test test-faults test-image test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench bench-floor bench-cpu bench-gateway bench-replay clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -63,6 +63,12 @@ bench-cpu: build ## CPU per point of the service under wrk, 1 worker, 100/10/1 p
 	@npx tsc -p .
 	@scripts/need-packages.sh wrk:wrk $(JEMALLOC)
 	@scripts/with-broker.sh node dist/bench/cpu.js
+
+bench-gateway: build ## the reference gateway under vegeta (open loop): rate held, tail, CPU of nginx, Redis and the service per request (GW_* in bench/gateway.ts)
+	@npx tsc -p .
+	@scripts/need-packages.sh nginx:nginx /usr/lib/nginx/modules/ngx_http_lua_module.so:libnginx-mod-http-lua /usr/share/lua/5.1/nginx/redis.lua:lua-nginx-redis redis-server:redis-server $(JEMALLOC)
+	@scripts/need-vegeta.sh >/dev/null
+	@scripts/with-broker.sh node dist/bench/gateway.js
 
 bench-replay: build ## how fast a restarted worker produces again a journal of 1,000,000 points a crash left
 	@npx tsc -p .

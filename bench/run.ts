@@ -2,18 +2,20 @@
 // the same run, against the local Kafka; results go to bench/results/ (JSON, Markdown, SVG).
 // See bench/README.md for what is measured and how.
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
-import { cpus, totalmem } from 'node:os';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir, totalmem } from 'node:os';
+import { join } from 'node:path';
 import autocannon from 'autocannon';
 import Kafka from 'node-rdkafka';
 import { loadConfig } from '../src/config.js';
 import { producerSettings } from '../src/kafka/settings.js';
 import { BROKERS, createTopic, deleteTopic } from '../support/kafka.js';
-import { startGateway, type Gateway } from '../support/gateway.js';
+import { addApiKey, startGateway, type Gateway } from '../support/gateway.js';
 import { freePort } from '../support/ports.js';
 import { waitForDelivery } from './lib/delivery.js';
 import { cpuModel, cpuSeconds, peakRssBytes, processTree } from './lib/procfs.js';
 import { pacedLoad } from './lib/paced-load.js';
+import { vegetaAttack, vegetaPath } from './lib/vegeta.js';
 import { markdown, svgChart, type ScenarioResult } from './lib/report.js';
 import { startTarget, type Impl } from './lib/targets.js';
 import { benchPoints } from './lib/points.js';
@@ -34,6 +36,8 @@ const ONLY = env.BENCH_ONLY; // "design" or "saturation"
 const DESIGN_AUTOCANNON = env.BENCH_DESIGN_AUTOCANNON !== '0';
 // The design load through the reference gateway (nginx + Redis, deploy/gateway) as well.
 const DESIGN_GATEWAY = env.BENCH_DESIGN_GATEWAY !== '0';
+// The design load through vegeta as well (an open loop that opens connections as latency grows).
+const DESIGN_VEGETA = env.BENCH_DESIGN_VEGETA !== '0';
 const RUN_ID = `r${Date.now().toString(36)}`;
 
 interface Shape {
@@ -43,7 +47,7 @@ interface Shape {
   connections: number;
   rate: number | null; // requests per second overall, or null for closed loop
   seconds: number;
-  generator: 'paced' | 'autocannon';
+  generator: 'paced' | 'autocannon' | 'vegeta';
 }
 
 /** What the scenarios read from a load run, whichever generator made it. */
@@ -59,14 +63,29 @@ function body(points: number): string {
   return JSON.stringify(benchPoints(points, RUN_ID));
 }
 
-async function load(url: string, payload: string, shape: Shape, seconds: number, threads: number): Promise<LoadResult> {
+async function load(url: string, payload: string, shape: Shape, seconds: number, threads: number, headers: Record<string, string> = {}): Promise<LoadResult> {
   if (shape.generator === 'paced' && shape.rate !== null) {
-    return pacedLoad({ url, path: '/track', body: payload, connections: shape.connections, rate: shape.rate, seconds });
+    return pacedLoad({ url, path: '/track', body: payload, headers, connections: shape.connections, rate: shape.rate, seconds });
+  }
+  if (shape.generator === 'vegeta' && shape.rate !== null) {
+    const dir = mkdtempSync(join(tmpdir(), 'bench-vegeta-'));
+    try {
+      const bodyFile = join(dir, 'body.json');
+      writeFileSync(bodyFile, payload);
+      const { report } = await vegetaAttack(vegetaPath(), { url, bodyFile, headers, rate: shape.rate, seconds, dir });
+      const ok2xx = Object.entries(report.status_codes).reduce((n, [code, count]) => n + (code.startsWith('2') ? count : 0), 0);
+      const errors = report.status_codes['0'] ?? 0;
+      const ms = (ns: number) => ns / 1e6;
+      const l = report.latencies;
+      return { requests: report.requests, ok2xx, non2xx: report.requests - ok2xx - errors, errors, latencyMs: { p50: ms(l['50th']), p90: ms(l['90th']), p99: ms(l['99th']), p999: ms(l['99.9th']), max: ms(l.max) } };
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   }
   const opts: autocannon.Options = {
     url: `${url}/track`,
     method: 'POST',
-    headers: { 'content-type': 'application/json' },
+    headers: { 'content-type': 'application/json', ...headers },
     body: payload,
     connections: shape.connections,
     duration: seconds,
@@ -113,27 +132,29 @@ async function countDelivered(topic: string, expected: number): Promise<number> 
 }
 
 function loadGeneratorName(shape: Shape): string {
-  if (shape.generator === 'paced') return 'paced';
+  if (shape.generator === 'paced' || shape.generator === 'vegeta') return shape.generator;
   return shape.rate === null ? 'autocannon' : 'autocannon -R';
 }
 
 async function runScenario(impl: Impl, workers: number, shape: Shape, via: 'direct' | 'gateway' = 'direct'): Promise<ScenarioResult> {
   const topic = await createTopic(`bench.${RUN_ID}.${impl}${workers}.${via}.${shape.name.replace(/[^a-z0-9]+/gi, '-')}`);
   const target = await startTarget(impl, await freePort(), { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS: String(workers) });
-  // The gateway as `make gateway` runs it, access log on; the limit far above the load, so that every
-  // request is still counted in Redis but none is refused.
+  // The gateway as `make gateway` runs it, access log on, API keys required: one fleet's key whose
+  // limit is far above the load, so that every request is looked up and counted but none refused.
   let gateway: Gateway | null = null;
+  const headers: Record<string, string> = {};
   const payload = body(shape.points);
   const label = `${shape.name} ${impl}${impl === 'ours' ? ` W=${workers}` : ''}${via === 'gateway' ? ' via gateway' : ''}${shape.kind === 'design' ? ` (${loadGeneratorName(shape)})` : ''}`;
   let accepted = 0;
   try {
     if (via === 'gateway') {
-      gateway = await startGateway({ upstream: new URL(target.url).host, env: { GATEWAY_RATE_LIMIT: '1000000', GATEWAY_WORKERS: 'auto' } });
+      gateway = await startGateway({ upstream: new URL(target.url).host, env: { GATEWAY_WORKERS: 'auto' } });
+      headers['X-Api-Key'] = await addApiKey(gateway.redisUrl, 'bench', 1_000_000);
     }
     const url = gateway?.url ?? target.url;
     if (impl === 'ours') await new Promise((r) => setTimeout(r, 1_000)); // every worker's producer connected
     if (WARMUP_SECONDS > 0) {
-      const warm = await load(url, payload, { ...shape, rate: shape.rate === null ? null : shape.rate / 2 }, WARMUP_SECONDS, LOAD_THREADS);
+      const warm = await load(url, payload, { ...shape, rate: shape.rate === null ? null : shape.rate / 2 }, WARMUP_SECONDS, LOAD_THREADS, headers);
       accepted += warm.ok2xx * shape.points;
     }
     const pids = processTree(target.proc.pid!);
@@ -147,7 +168,7 @@ async function runScenario(impl: Impl, workers: number, shape: Shape, via: 'dire
     const progress = setInterval(() => {
       process.stderr.write(`\r  ${label}: ${Math.round((performance.now() - t0) / 1000)}/${shape.seconds} s   `);
     }, 1_000);
-    const r = await load(url, payload, shape, shape.seconds, LOAD_THREADS);
+    const r = await load(url, payload, shape, shape.seconds, LOAD_THREADS, headers);
     clearInterval(progress);
     const wall = (performance.now() - t0) / 1000;
     const serviceCpu = cpuSeconds(pids) - cpu0;
@@ -220,7 +241,7 @@ async function main() {
     broker: `${BROKERS} (scripts/kafka.sh, Apache Kafka 4.1.1, one broker on the same machine)`,
     'producer (ours)': `librdkafka ${Kafka.librdkafkaVersion}: linger.ms=${settings.global['linger.ms']}, batch.num.messages=${settings.global['batch.num.messages']}, enable.idempotence=${settings.global['enable.idempotence']}, acks=all, partitioner=murmur2_random`,
     'producer (baseline)': 'kafkajs 2.2.4, idempotent, acks=-1, one send() per request, default partitioner (murmur2)',
-    'load generator': `design load: evenly paced open loop (bench/lib/paced-load.ts), one worker thread${DESIGN_AUTOCANNON ? ', and autocannon overallRate for comparison' : ''}${DESIGN_GATEWAY ? '; once more through the reference gateway (nginx + Lua + Redis, deploy/gateway)' : ''}; saturation: autocannon, ${LOAD_THREADS} worker thread(s), pipelining 1; both in this runner's process`,
+    'load generator': `design load: evenly paced open loop (bench/lib/paced-load.ts), one worker thread${DESIGN_AUTOCANNON ? ', and autocannon overallRate for comparison' : ''}${DESIGN_GATEWAY ? '; once more through the reference gateway (nginx + Lua + Redis, deploy/gateway)' : ''}${DESIGN_VEGETA ? '; and with vegeta (open loop, github.com/tsenart/vegeta), direct and through the gateway' : ''}; saturation: autocannon, ${LOAD_THREADS} worker thread(s), pipelining 1; both in this runner's process`,
     note: 'load generator, service and broker share the machine: compare ratios and CPU per point, not absolute rates',
   };
   console.log(Object.entries(meta).map(([k, v]) => `${k}: ${v}`).join('\n'));
@@ -240,6 +261,11 @@ async function main() {
     for (const { impl, workers } of impls) results.push(await runScenario(impl, workers, shape));
     if (shape.kind === 'design' && DESIGN_GATEWAY) results.push(await runScenario('ours', config.workers, shape, 'gateway'));
     if (shape.kind === 'design' && DESIGN_AUTOCANNON) results.push(await runScenario('ours', config.workers, { ...shape, generator: 'autocannon' }));
+    // What a performance engineer's own open-loop tool sees, straight and through the gateway.
+    if (shape.kind === 'design' && DESIGN_VEGETA) {
+      results.push(await runScenario('ours', config.workers, { ...shape, generator: 'vegeta' }));
+      if (DESIGN_GATEWAY) results.push(await runScenario('ours', config.workers, { ...shape, generator: 'vegeta' }, 'gateway'));
+    }
   }
 
   const dir = new URL('../../bench/results/', import.meta.url);

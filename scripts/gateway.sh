@@ -7,7 +7,12 @@
 #   REDIS_URL           (unset)          the shared counter store; unset: a local Redis is started on
 #                                        GATEWAY_REDIS_ADDR (127.0.0.1:6379), and a second gateway given
 #                                        REDIS_URL=redis://127.0.0.1:6379 shares its counters
-#   GATEWAY_RATE_LIMIT  1000             requests per second per client key (X-Api-Key, else address); 0: off
+#   GATEWAY_API_KEYS    required         required: every request carries an X-Api-Key provisioned with
+#                                        scripts/gateway-keys.sh (401 otherwise); off: clients are their address
+#   GATEWAY_RATE_LIMIT  1000             requests per second per client (a key's own limit comes first); 0: off
+#   GATEWAY_RATE_LIMIT_SYNC_MS  10       how often each nginx worker adds its counts to Redis; 0: every
+#                                        request counted in Redis (exact across instances, dearer)
+#   GATEWAY_KEY_CACHE_S 10               how long a key's lookup is kept (a revoked key works that long)
 #   MAX_BODY_BYTES      1048576          the service's body limit, enforced here first
 #   GATEWAY_WORKERS     auto             nginx worker processes
 #   GATEWAY_ACCESS_LOG  RUN_DIR/access.log   a path, or off
@@ -25,12 +30,18 @@ export UPSTREAM_ADDR=${UPSTREAM_ADDR:-127.0.0.1:8080}
 export GATEWAY_RATE_LIMIT=${GATEWAY_RATE_LIMIT:-1000}
 export MAX_BODY_BYTES=${MAX_BODY_BYTES:-1048576}
 export GATEWAY_WORKERS=${GATEWAY_WORKERS:-auto}
+export GATEWAY_API_KEYS=${GATEWAY_API_KEYS:-required}
+export GATEWAY_RATE_LIMIT_SYNC_MS=${GATEWAY_RATE_LIMIT_SYNC_MS:-10}
+export GATEWAY_KEY_CACHE_S=${GATEWAY_KEY_CACHE_S:-10}
 GATEWAY_REDIS_ADDR=${GATEWAY_REDIS_ADDR:-127.0.0.1:6379}
 
 [[ $GATEWAY_ADDR =~ ^(.*):([0-9]{1,5})$ ]] || die "GATEWAY_ADDR must look like 127.0.0.1:8000, got '$GATEWAY_ADDR'"
 port=${BASH_REMATCH[2]}
 [[ $UPSTREAM_ADDR =~ ^.+:[0-9]{1,5}$ ]] || die "UPSTREAM_ADDR must look like 127.0.0.1:8080, got '$UPSTREAM_ADDR'"
 [[ $GATEWAY_RATE_LIMIT =~ ^[0-9]+$ ]] || die "GATEWAY_RATE_LIMIT must be a whole number of requests per second (0: off), got '$GATEWAY_RATE_LIMIT'"
+[[ $GATEWAY_API_KEYS =~ ^(required|off)$ ]] || die "GATEWAY_API_KEYS must be required or off, got '$GATEWAY_API_KEYS'"
+[[ $GATEWAY_RATE_LIMIT_SYNC_MS =~ ^[0-9]+$ ]] || die "GATEWAY_RATE_LIMIT_SYNC_MS must be a whole number of milliseconds (0: every request counted in Redis), got '$GATEWAY_RATE_LIMIT_SYNC_MS'"
+[[ $GATEWAY_KEY_CACHE_S =~ ^[0-9]+$ ]] || die "GATEWAY_KEY_CACHE_S must be a whole number of seconds, got '$GATEWAY_KEY_CACHE_S'"
 [[ $MAX_BODY_BYTES =~ ^[0-9]+$ ]] || die "MAX_BODY_BYTES must be a whole number of bytes, got '$MAX_BODY_BYTES'"
 [[ $GATEWAY_WORKERS =~ ^(auto|[1-9][0-9]*)$ ]] || die "GATEWAY_WORKERS must be auto or a number, got '$GATEWAY_WORKERS'"
 [[ -z ${REDIS_URL:-} || $REDIS_URL =~ ^redis:// ]] || die "REDIS_URL must look like redis://host:port[/db], got '$REDIS_URL'"
@@ -87,8 +98,9 @@ if [[ -z ${REDIS_URL:-} ]]; then
   [[ $GATEWAY_REDIS_ADDR =~ ^(.*):([0-9]{1,5})$ ]] || die "GATEWAY_REDIS_ADDR must look like 127.0.0.1:6379, got '$GATEWAY_REDIS_ADDR'"
   redis_host=${BASH_REMATCH[1]}
   redis_port=${BASH_REMATCH[2]}
-  # Counters live one or two seconds: nothing to persist.
-  redis-server --bind "$redis_host" --port "$redis_port" --save '' --appendonly no --daemonize no \
+  # The API keys persist in RUN_DIR/dump.rdb (saved every minute after a change, and at stop); the
+  # counters live two seconds.
+  redis-server --bind "$redis_host" --port "$redis_port" --save '60 1' --appendonly no --daemonize no \
     --dir "$GATEWAY_RUN_DIR" --logfile "$GATEWAY_RUN_DIR/redis.log" &
   redis_pid=$!
   echo "$redis_pid" >"$GATEWAY_RUN_DIR/redis.pid"
@@ -104,6 +116,9 @@ fi
 nginx -p "$GATEWAY_RUN_DIR" -c "$GATEWAY_RUN_DIR/nginx.conf" -t -q || die "nginx refused $GATEWAY_RUN_DIR/nginx.conf"
 nginx -p "$GATEWAY_RUN_DIR" -c "$GATEWAY_RUN_DIR/nginx.conf" -g 'daemon off;' &
 nginx_pid=$!
-say "gateway on http://$GATEWAY_ADDR -> service http://$UPSTREAM_ADDR, $GATEWAY_RATE_LIMIT requests/s per client key counted in $REDIS_URL (pid $nginx_pid; Ctrl-C stops)"
+if [[ $GATEWAY_API_KEYS == required ]]; then
+  say "API keys required (GATEWAY_API_KEYS=required): REDIS_URL=$REDIS_URL scripts/gateway-keys.sh add FLEET [LIMIT] prints a new one"
+fi
+say "gateway on http://$GATEWAY_ADDR -> service http://$UPSTREAM_ADDR, $GATEWAY_RATE_LIMIT requests/s per client unless its key says otherwise, counted in $REDIS_URL every ${GATEWAY_RATE_LIMIT_SYNC_MS} ms (pid $nginx_pid; Ctrl-C stops)"
 wait "$nginx_pid" || true
 nginx_pid=

@@ -81,15 +81,33 @@ export interface JournalFigures {
   possibleDuplicates: number;
 }
 
+/** What every group of worker metrics registers with: the worker's registry, and running totals turned into increments. */
+interface Registrar {
+  registers: client.Registry[];
+  delta: (key: string, total: number) => number;
+}
+
 export function createWorkerMetrics(workerId: string) {
   const registry = new Registry();
-  const tally = new TrackTally();
-  const delta = deltas();
   client.collectDefaultMetrics({ register: registry, prefix: METRIC_PREFIX, labels: { worker: workerId }, eventLoopMonitoringPrecision: PROM_CLIENT_LOOP_SAMPLE_MS });
   const loopDelay = new EventLoopDelay();
   registerLoopDelay(registry, workerId, loopDelay);
-  const registers = [registry];
+  const r: Registrar = { registers: [registry], delta: deltas() };
+  return {
+    registry,
+    /** The event-loop delay, sampled once the worker serves (an idle standby does not sample). */
+    loopDelay,
+    ...requestMetrics(r),
+    ...queueMetrics(r),
+    ...journalMetrics(r),
+    ...deliveryMetrics(r),
+    ...brokerMetrics(r),
+  };
+}
 
+/** HTTP requests: POST /track's tallies and histograms, and the other routes' answers. */
+function requestMetrics({ registers, delta }: Registrar) {
+  const tally = new TrackTally();
   const requests = new Counter({
     name: `${METRIC_PREFIX}http_requests_total`,
     help: 'HTTP requests answered, by route and status code.',
@@ -150,8 +168,19 @@ export function createWorkerMetrics(workerId: string) {
     [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10000],
     registers,
   );
-  // Read at scrape time from the producer's own counters (setQueueSource), so the hot path never
-  // touches these gauges.
+  // The other routes are rare: children bound once at start-up are plenty.
+  const byStatus = (route: Route) =>
+    Object.fromEntries(STATUSES.map((s) => [s, requests.labels(route, String(s))])) as Record<HttpStatus, client.Counter.Internal>;
+  return {
+    /** POST /track: plain tallies, and the two histograms counted into arrays. */
+    track: { tally, duration, requestPoints },
+    other: (route: Exclude<Route, '/track'>) => ({ requests: byStatus(route) }),
+  };
+}
+
+/** librdkafka's queue and the requests waiting for room in it, read at scrape time. */
+function queueMetrics({ registers }: Registrar) {
+  // Read from the producer's own counters (setQueueSource), so the hot path never touches these gauges.
   let queueSource: () => { points: number; bytes: number } = () => ({ points: 0, bytes: 0 });
   new Gauge({
     name: `${METRIC_PREFIX}producer_queue_points`,
@@ -178,33 +207,18 @@ export function createWorkerMetrics(workerId: string) {
       this.set(waitingSource());
     },
   });
-  const delivered = new Counter({
-    name: `${METRIC_PREFIX}messages_delivered_total`,
-    help: 'Messages acknowledged by Kafka (acks=all), as librdkafka counted them.',
-    registers,
-  });
-  const deliveryErrors = new Counter({
-    name: `${METRIC_PREFIX}delivery_errors_total`,
-    help: 'Messages whose delivery failed after they were accepted, by librdkafka error code name.',
-    labelNames: ['code'] as const,
-    registers,
-  });
-  // ACK_MODE=async: per request, observed when the last acknowledgement of its journal record is read
-  // (every 10 ms poll: that is its resolution). ACK_MODE=delivered: per message, from its report.
-  const deliveryLatency = new CountedHistogram(
-    `${METRIC_PREFIX}delivery_latency_seconds`,
-    'From the hand-over to librdkafka to Kafka\'s acknowledgement: per request in ACK_MODE=async (all its points, read every 10 ms), per message in ACK_MODE=delivered.',
-    [0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
-    registers,
-  );
-  const deliveryLatencyEstimate = new Gauge({
-    name: `${METRIC_PREFIX}delivery_latency_estimate_seconds`,
-    help: 'Accept to Kafka acknowledgement, estimated from librdkafka statistics windows (producer queue + request queue + round trip, per quantile); the highest over brokers and workers. Both ACK_MODEs.',
-    labelNames: ['quantile'] as const,
-    aggregator: 'max',
-    registers,
-  });
-  // The write-ahead journal (journal/journal.ts), read at scrape time.
+  return {
+    setQueueSource(source: () => { points: number; bytes: number }) {
+      queueSource = source;
+    },
+    setWaitingSource(source: () => number) {
+      waitingSource = source;
+    },
+  };
+}
+
+/** The write-ahead journal (journal/journal.ts), read at scrape time. */
+function journalMetrics({ registers, delta }: Registrar) {
   let journalSource: () => JournalFigures = () => ({ bytes: 0, records: 0, oldestMs: null, corrupt: 0, retried: 0, recovered: 0, possibleDuplicates: 0 });
   new Gauge({
     name: `${METRIC_PREFIX}journal_bytes`,
@@ -259,6 +273,46 @@ export function createWorkerMetrics(workerId: string) {
       this.inc(delta('journal:corrupt', journalSource().corrupt));
     },
   });
+  return {
+    setJournalSource(source: () => JournalFigures) {
+      journalSource = source;
+    },
+  };
+}
+
+/** What Kafka acknowledged, what failed, and how long it took. */
+function deliveryMetrics({ registers }: Registrar) {
+  const delivered = new Counter({
+    name: `${METRIC_PREFIX}messages_delivered_total`,
+    help: 'Messages acknowledged by Kafka (acks=all), as librdkafka counted them.',
+    registers,
+  });
+  const deliveryErrors = new Counter({
+    name: `${METRIC_PREFIX}delivery_errors_total`,
+    help: 'Messages whose delivery failed after they were accepted, by librdkafka error code name.',
+    labelNames: ['code'] as const,
+    registers,
+  });
+  // ACK_MODE=async: per request, observed when the last acknowledgement of its journal record is read
+  // (every 10 ms poll: that is its resolution). ACK_MODE=delivered: per message, from its report.
+  const deliveryLatency = new CountedHistogram(
+    `${METRIC_PREFIX}delivery_latency_seconds`,
+    'From the hand-over to librdkafka to Kafka\'s acknowledgement: per request in ACK_MODE=async (all its points, read every 10 ms), per message in ACK_MODE=delivered.',
+    [0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers,
+  );
+  const deliveryLatencyEstimate = new Gauge({
+    name: `${METRIC_PREFIX}delivery_latency_estimate_seconds`,
+    help: 'Accept to Kafka acknowledgement, estimated from librdkafka statistics windows (producer queue + request queue + round trip, per quantile); the highest over brokers and workers. Both ACK_MODEs.',
+    labelNames: ['quantile'] as const,
+    aggregator: 'max',
+    registers,
+  });
+  return { delivered, deliveryErrors, deliveryLatency, deliveryLatencyEstimate };
+}
+
+/** The brokers as librdkafka's statistics see them (kafka/statistics.ts sets these). */
+function brokerMetrics({ registers }: Registrar) {
   const brokerUp = new Gauge({
     name: `${METRIC_PREFIX}kafka_brokers_up`,
     help: 'Brokers this worker holds an open connection to (summed over workers).',
@@ -301,38 +355,7 @@ export function createWorkerMetrics(workerId: string) {
     aggregator: 'average',
     registers,
   });
-
-  // The other routes are rare: children bound once at start-up are plenty.
-  const byStatus = (route: Route) =>
-    Object.fromEntries(STATUSES.map((s) => [s, requests.labels(route, String(s))])) as Record<HttpStatus, client.Counter.Internal>;
-  return {
-    registry,
-    /** The event-loop delay, sampled once the worker serves (an idle standby does not sample). */
-    loopDelay,
-    /** POST /track: plain tallies, and the two histograms counted into arrays. */
-    track: { tally, duration, requestPoints },
-    other: (route: Exclude<Route, '/track'>) => ({ requests: byStatus(route) }),
-    setQueueSource(source: () => { points: number; bytes: number }) {
-      queueSource = source;
-    },
-    setJournalSource(source: () => JournalFigures) {
-      journalSource = source;
-    },
-    setWaitingSource(source: () => number) {
-      waitingSource = source;
-    },
-    delivered,
-    deliveryErrors,
-    deliveryLatency,
-    deliveryLatencyEstimate,
-    brokerUp,
-    brokerRtt,
-    brokerInflight,
-    brokerSilent,
-    stalled,
-    retries,
-    batchSize,
-  };
+  return { brokerUp, brokerRtt, brokerInflight, brokerSilent, stalled, retries, batchSize };
 }
 
 export type WorkerMetrics = ReturnType<typeof createWorkerMetrics>;

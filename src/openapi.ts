@@ -53,7 +53,7 @@ export function buildOpenApi(limits: { maxPoints: number; maxBodyBytes: number }
           },
           responses: {
             '202': {
-              description: 'Accepted: every point was handed to the Kafka producer.',
+              description: 'Accepted: every point is in the worker\'s write-ahead journal (JOURNAL_SYNC=process: written to the OS, survives a crash of the process; disk: also on the disk) and goes to Kafka from there, at least once. With ACK_MODE=delivered, Kafka has acknowledged every point.',
               content: { 'application/json': { schema: { type: 'object', required: ['accepted'], properties: { accepted: { type: 'integer', minimum: 0 } } } } },
             },
             '400': errorResponse(400, 'the body is not JSON, not an array, or a point is invalid; nothing from the request is produced.'),

@@ -110,6 +110,26 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   throw new Error(`gateway not answering on ${url} within 60 s:\n${output.join('\n')}`);
 }
 
+/**
+ * A new API key provisioned in the gateways' Redis (scripts/gateway-keys.sh add): the key itself.
+ * `limit`: requests per second, 0 unlimited.
+ */
+export async function addApiKey(redisUrl: string, name: string, limit: number): Promise<string> {
+  return (await gatewayKeys(redisUrl, ['add', name, String(limit)])).trim();
+}
+
+/** scripts/gateway-keys.sh with its arguments; what it printed on stdout. */
+export function gatewayKeys(redisUrl: string, args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const proc = spawn('bash', [`${ROOT}scripts/gateway-keys.sh`, ...args], { env: { ...process.env, REDIS_URL: redisUrl }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    proc.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    proc.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    proc.once('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`gateway-keys.sh ${args.join(' ')} exited with ${code}: ${err.trim()}`))));
+  });
+}
+
 export interface Haproxy {
   url: string;
   output: string[];

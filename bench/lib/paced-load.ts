@@ -22,6 +22,8 @@ export interface PacedOptions {
   body: string;
   /** Bodies sent in turn instead of `body` alone (traffic whose values differ from request to request). */
   bodies?: readonly string[];
+  /** More request headers (an API key for the gateway). */
+  headers?: Record<string, string>;
   connections: number;
   /** Requests per second, spread evenly. */
   rate: number;
@@ -80,10 +82,11 @@ function responseEnd(text: string): number {
 
 async function generate(opts: PacedOptions): Promise<PacedResult> {
   const { hostname, port } = new URL(opts.url);
+  const extraHeaders = Object.entries(opts.headers ?? {}).map(([name, value]) => `${name}: ${value}\r\n`).join('');
   const requests = (opts.bodies ?? [opts.body]).map((text) => {
     const body = Buffer.from(text);
     return Buffer.concat([
-      Buffer.from(`POST ${opts.path} HTTP/1.1\r\nHost: ${hostname}:${port}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`),
+      Buffer.from(`POST ${opts.path} HTTP/1.1\r\nHost: ${hostname}:${port}\r\nContent-Type: application/json\r\n${extraHeaders}Content-Length: ${body.length}\r\n\r\n`),
       body,
     ]);
   });

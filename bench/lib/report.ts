@@ -51,7 +51,7 @@ export function markdown(meta: Record<string, string>, results: ScenarioResult[]
   for (const r of results.filter((x) => x.kind === 'design')) {
     const l = r.latencyMs;
     const d = r.deliveryLatencyMs === null ? 'n/a' : `${f(r.deliveryLatencyMs.p50, 1)} / ${f(r.deliveryLatencyMs.p99, 1)}`;
-    const ms = (v: number) => f(v, r.loadGenerator === 'paced' ? 1 : 0);
+    const ms = (v: number) => f(v, r.loadGenerator === 'autocannon' || r.loadGenerator === 'autocannon -R' ? 0 : 1);
     const g = r.gatewayCpuMicrosPerRequest;
     const gateway = g == null ? 'n/a' : `${f(g.nginx + g.redis, 1)} (${f(g.nginx, 1)} + ${f(g.redis, 1)})`;
     lines.push(`| ${r.name} | ${r.impl} | ${r.workers} | ${r.via ?? 'direct'} | ${r.loadGenerator} | ${f(r.requestsPerSecond)} | ${f(r.pointsPerSecond)} | ${ms(l.p50)} | ${ms(l.p90)} | ${ms(l.p99)} | ${ms(l.p999)} | ${ms(l.max)} | ${r.non2xx} | ${r.errors} | ${r.delivered === null ? 'n/a' : f(r.delivered)} / ${f(r.accepted)} | ${lost(r)} | ${d} | ${f(r.cpuMicrosPerPoint, 2)} | ${gateway} |`);

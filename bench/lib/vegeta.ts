@@ -1,0 +1,60 @@
+// vegeta (github.com/tsenart/vegeta), an open-loop load generator nobody here wrote: a constant rate
+// whatever the latency, opening connections as answers slow down. Built once by scripts/need-vegeta.sh.
+import { execFileSync, spawn } from 'node:child_process';
+
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { cpuSeconds } from './procfs.js';
+
+const NEED_VEGETA = fileURLToPath(new URL('../../scripts/need-vegeta.sh', import.meta.url));
+
+/** vegeta's binary, built from the Go module proxy the first time. */
+export function vegetaPath(): string {
+  return execFileSync('bash', [NEED_VEGETA], { stdio: ['ignore', 'pipe', 'inherit'] }).toString().trim();
+}
+
+/** `vegeta report -type=json`, with p99.9 added from the raw results (latencies in ns). */
+export interface VegetaReport {
+  requests: number;
+  /** Requests sent per second, and successful (2xx) answers per second. */
+  rate: number;
+  throughput: number;
+  latencies: { mean: number; '50th': number; '90th': number; '99th': number; '99.9th': number; max: number };
+  status_codes: Record<string, number>;
+  errors: string[] | null;
+}
+
+export interface AttackOptions {
+  url: string;
+  bodyFile: string;
+  headers: Record<string, string>;
+  rate: number;
+  seconds: number;
+  /** Where the raw results are written (and overwritten by the next attack). */
+  dir: string;
+}
+
+/** One constant-rate POST attack; its report and vegeta's own CPU seconds (sampled until it ends). */
+export async function vegetaAttack(vegeta: string, o: AttackOptions): Promise<{ report: VegetaReport; cpuSeconds: number }> {
+  const results = join(o.dir, 'results.bin');
+  const headers = Object.entries({ 'Content-Type': 'application/json', ...o.headers }).flatMap(([k, v]) => ['-header', `${k}: ${v}`]);
+  const proc = spawn(vegeta, ['attack', `-rate=${o.rate}/1s`, `-duration=${o.seconds}s`, `-body=${o.bodyFile}`, ...headers, `-output=${results}`], {
+    stdio: ['pipe', 'ignore', 'inherit'],
+  });
+  proc.stdin.end(`POST ${o.url}/track\n`);
+  let cpu = 0;
+  const sample = setInterval(() => (cpu = Math.max(cpu, cpuSeconds([proc.pid!]))), 200);
+  const code = await new Promise<number | null>((resolve) => proc.once('exit', resolve));
+  clearInterval(sample);
+  if (code !== 0) throw new Error(`vegeta attack exited with ${code}`);
+  const report = JSON.parse(execFileSync(vegeta, ['report', '-type=json', results]).toString()) as VegetaReport;
+  // p99.9 from the raw latencies (vegeta's JSON report stops at p99): CSV, the third column in ns.
+  const latencies = execFileSync(vegeta, ['encode', '-to=csv', results], { maxBuffer: 1 << 30 })
+    .toString()
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => Number(line.split(',')[2]))
+    .sort((a, b) => a - b);
+  report.latencies['99.9th'] = latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * 0.999))] ?? 0;
+  return { report, cpuSeconds: cpu };
+}
