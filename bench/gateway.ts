@@ -7,9 +7,14 @@
 //   GW_RATE=10000        requests per second
 //   GW_SECONDS=20        measured seconds per row (after GW_WARMUP_SECONDS=5 at half the rate)
 //   GW_POINTS=1          points per request
-//   GW_VARIANTS='default;GATEWAY_ACCESS_LOG=off'  the gateway rows: environment sets (A=1,B=2) for
+//   GW_VARIANTS='default'  the gateway rows: environment sets (A=1,B=2) for
 //                        scripts/gateway.sh, `default` for none, separated by ';'
 //   GW_DIRECT=1          the row without a gateway (0: skip it)
+//   GW_FLOOR=1           a row against a static nginx `return 202` (no service): the generator's own floor
+//   GW_MAX_WORKERS       vegeta's -max-workers (unset: its default, unbounded)
+//   GW_COMPARE_ROOT      another checkout: a row through its gateway too (its scripts/gateway.sh, its
+//                        defaults; the same X-Api-Key header, whatever that gateway makes of it)
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -28,7 +33,9 @@ const SECONDS = num('GW_SECONDS', 20);
 const WARMUP_SECONDS = num('GW_WARMUP_SECONDS', 5);
 const POINTS = num('GW_POINTS', 1);
 const DIRECT = env.GW_DIRECT !== '0';
-const VARIANTS = (env.GW_VARIANTS ?? 'default;GATEWAY_ACCESS_LOG=off').split(';').map((v) => v.trim()).filter(Boolean);
+const FLOOR = env.GW_FLOOR !== '0';
+const MAX_WORKERS = env.GW_MAX_WORKERS === undefined ? undefined : Number(env.GW_MAX_WORKERS);
+const VARIANTS = (env.GW_VARIANTS ?? 'default').split(';').map((v) => v.trim()).filter(Boolean);
 const RUN_ID = `g${Date.now().toString(36)}`;
 
 interface Row {
@@ -53,15 +60,15 @@ async function main(): Promise<void> {
   const topic = await createTopic(`bench.${RUN_ID}.gateway`);
   const service = await startTarget('ours', await freePort(), { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS: '2' });
   const servicePids = processTree(service.proc.pid!);
-  console.log(`bench-gateway: ${RATE} requests/s of ${POINTS} point(s), ${SECONDS} s a row (vegeta, open loop), the service with 2 workers on ${service.url}; ${new Date().toISOString()}`);
+  console.log(`bench-gateway: ${RATE} requests/s of ${POINTS} point(s), ${SECONDS} s a row (vegeta, open loop${MAX_WORKERS === undefined ? '' : `, -max-workers=${MAX_WORKERS}`}), the service with 2 workers on ${service.url}; ${new Date().toISOString()}`);
   const rows: Row[] = [];
   try {
     const measure = async (name: string, url: string, headers: Record<string, string>, gateway: Gateway | null) => {
-      if (WARMUP_SECONDS > 0) await vegetaAttack(vegeta, { url, bodyFile, headers, rate: RATE / 2, seconds: WARMUP_SECONDS, dir });
+      if (WARMUP_SECONDS > 0) await vegetaAttack(vegeta, { url, bodyFile, headers, rate: RATE / 2, seconds: WARMUP_SECONDS, dir, maxWorkers: MAX_WORKERS });
       const nginxPids = gateway === null ? [] : processTree(gateway.nginxPid());
       const redisPid = gateway?.redisPid() ?? null;
       const before = { nginx: cpuSeconds(nginxPids), redis: redisPid === null ? 0 : cpuSeconds([redisPid]), service: cpuSeconds(servicePids) };
-      const { report, cpuSeconds: vegetaCpu } = await vegetaAttack(vegeta, { url, bodyFile, headers, rate: RATE, seconds: SECONDS, dir });
+      const { report, cpuSeconds: vegetaCpu } = await vegetaAttack(vegeta, { url, bodyFile, headers, rate: RATE, seconds: SECONDS, dir, maxWorkers: MAX_WORKERS });
       const row: Row = {
         name,
         report,
@@ -75,7 +82,24 @@ async function main(): Promise<void> {
       rows.push(row);
       console.log(describe(row));
     };
+    if (FLOOR) {
+      const floor = await startStaticNginx(dir);
+      try {
+        await measure('floor: nginx return 202', floor.url, {}, null);
+      } finally {
+        await floor.stop();
+      }
+    }
     if (DIRECT) await measure('direct', service.url, {}, null);
+    if (env.GW_COMPARE_ROOT !== undefined) {
+      const gateway = await startGateway({ upstream: new URL(service.url).host, root: env.GW_COMPARE_ROOT, env: { GATEWAY_RATE_LIMIT: '1000000', GATEWAY_WORKERS: 'auto' } });
+      try {
+        await measure(`gateway of ${env.GW_COMPARE_ROOT}`, gateway.url, { 'X-Api-Key': 'bench' }, gateway);
+      } finally {
+        await gateway.stop();
+        rmSync(gateway.runDir, { recursive: true, force: true });
+      }
+    }
     for (const variant of VARIANTS) {
       const gateway = await startGateway({ upstream: new URL(service.url).host, env: { GATEWAY_RATE_LIMIT: '1000000', GATEWAY_WORKERS: 'auto', ...parseVariant(variant) } });
       try {
@@ -100,6 +124,29 @@ async function main(): Promise<void> {
     const not202 = n - (r.report.status_codes['202'] ?? 0);
     console.log(`| ${r.name} | ${Math.round(r.report.rate)} / ${Math.round(r.report.throughput)} | ${ms(l['50th'])} ms | ${ms(l['99th'])} ms | ${ms(l['99.9th'])} ms | ${ms(l.max)} ms | ${not202} | ${us(r.cpu.nginx, n)} | ${us(r.cpu.redis, n)} | ${us(r.cpu.service, n)} | ${us(r.cpu.vegeta, n)} |`);
   }
+}
+
+/** nginx answering 202 to anything, access log off: what the generator and loopback alone cost. */
+async function startStaticNginx(dir: string): Promise<{ url: string; stop(): Promise<void> }> {
+  const port = await freePort();
+  const conf = join(dir, 'static.conf');
+  writeFileSync(
+    conf,
+    `worker_processes 1; pid ${dir}/static.pid; error_log ${dir}/static.log warn; daemon off;
+events { worker_connections 8192; }
+http { access_log off; client_body_temp_path ${dir}; server { listen 127.0.0.1:${port}; location / { return 202 '{"accepted":1}'; } } }\n`,
+  );
+  const proc = spawn('nginx', ['-p', dir, '-c', conf], { stdio: 'inherit' });
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 50 && !(await fetch(url).then(() => true).catch(() => false)); i++) await new Promise((r) => setTimeout(r, 100));
+  return {
+    url,
+    stop: () =>
+      new Promise<void>((resolve) => {
+        proc.once('exit', () => resolve());
+        proc.kill('SIGTERM');
+      }),
+  };
 }
 
 function describe(r: Row): string {

@@ -15,7 +15,7 @@
 #   GATEWAY_KEY_CACHE_S 10               how long a key's lookup is kept (a revoked key works that long)
 #   MAX_BODY_BYTES      1048576          the service's body limit, enforced here first
 #   GATEWAY_WORKERS     auto             nginx worker processes
-#   GATEWAY_ACCESS_LOG  RUN_DIR/access.log   a path, or off
+#   GATEWAY_ACCESS_LOG  off              a path for nginx's JSON access log (buffered 64 KiB / 1 s), or off
 #   GATEWAY_RUN_DIR     .run/gateway/PORT    rendered config, pid files, temporary files
 #
 #   scripts/gateway.sh render   only writes RUN_DIR/nginx.conf and prints its path
@@ -49,7 +49,7 @@ port=${BASH_REMATCH[2]}
 export GATEWAY_RUN_DIR=${GATEWAY_RUN_DIR:-$ROOT/.run/gateway/$port}
 export GATEWAY_LUA_DIR=$ROOT/deploy/gateway/lua
 export GATEWAY_ERROR_LOG=${GATEWAY_ERROR_LOG:-stderr}
-access_log=${GATEWAY_ACCESS_LOG:-$GATEWAY_RUN_DIR/access.log}
+access_log=${GATEWAY_ACCESS_LOG:-off}
 if [[ $access_log == off ]]; then export GATEWAY_ACCESS_LOG=off
 else export GATEWAY_ACCESS_LOG="$access_log track_gateway buffer=64k flush=1s"; fi
 

@@ -61,6 +61,8 @@ export interface GatewayOptions {
   /** Share the counters of another gateway's Redis; unset: the script starts one on a free port. */
   redisUrl?: string;
   env?: Record<string, string>;
+  /** Another checkout whose scripts/gateway.sh and deploy/gateway to run (a side-by-side benchmark). */
+  root?: string;
 }
 
 export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
@@ -77,7 +79,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     ...opts.env,
   };
   if (opts.redisUrl === undefined) delete env.REDIS_URL;
-  const { proc, output, exited } = spawnGroup('bash', [`${ROOT}scripts/gateway.sh`], env);
+  const root = opts.root === undefined ? ROOT : opts.root.endsWith('/') ? opts.root : `${opts.root}/`;
+  const { proc, output, exited } = spawnGroup('bash', [`${root}scripts/gateway.sh`], env);
   const url = `http://127.0.0.1:${port}`;
   const gateway: Gateway = {
     url,

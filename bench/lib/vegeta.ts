@@ -1,12 +1,15 @@
 // vegeta (github.com/tsenart/vegeta), an open-loop load generator nobody here wrote: a constant rate
 // whatever the latency, opening connections as answers slow down. Built once by scripts/need-vegeta.sh.
 import { execFileSync, spawn } from 'node:child_process';
-
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { cpuSeconds } from './procfs.js';
 
-const NEED_VEGETA = fileURLToPath(new URL('../../scripts/need-vegeta.sh', import.meta.url));
+// The repository: two levels up from bench/lib/, three from dist/bench/lib/ (the compiled benchmarks).
+const up2 = fileURLToPath(new URL('../../', import.meta.url));
+const ROOT = existsSync(`${up2}package.json`) ? up2 : fileURLToPath(new URL('../../../', import.meta.url));
+const NEED_VEGETA = `${ROOT}scripts/need-vegeta.sh`;
 
 /** vegeta's binary, built from the Go module proxy the first time. */
 export function vegetaPath(): string {
@@ -30,6 +33,8 @@ export interface AttackOptions {
   headers: Record<string, string>;
   rate: number;
   seconds: number;
+  /** vegeta's -max-workers (its default: unbounded, a new connection whenever all are busy). */
+  maxWorkers?: number;
   /** Where the raw results are written (and overwritten by the next attack). */
   dir: string;
 }
@@ -38,7 +43,7 @@ export interface AttackOptions {
 export async function vegetaAttack(vegeta: string, o: AttackOptions): Promise<{ report: VegetaReport; cpuSeconds: number }> {
   const results = join(o.dir, 'results.bin');
   const headers = Object.entries({ 'Content-Type': 'application/json', ...o.headers }).flatMap(([k, v]) => ['-header', `${k}: ${v}`]);
-  const proc = spawn(vegeta, ['attack', `-rate=${o.rate}/1s`, `-duration=${o.seconds}s`, `-body=${o.bodyFile}`, ...headers, `-output=${results}`], {
+  const proc = spawn(vegeta, ['attack', `-rate=${o.rate}/1s`, `-duration=${o.seconds}s`, `-body=${o.bodyFile}`, ...(o.maxWorkers === undefined ? [] : [`-max-workers=${o.maxWorkers}`]), ...headers, `-output=${results}`], {
     stdio: ['pipe', 'ignore', 'inherit'],
   });
   proc.stdin.end(`POST ${o.url}/track\n`);
