@@ -17,9 +17,10 @@
 -- worker counts locally and adds its counts to Redis every that many milliseconds, reading back the
 -- total of every instance: no Redis round trip on the request path. A worker admits while the total it
 -- last read plus what it admitted since is under the limit, so the limit is exact within a worker; across
--- workers and instances it is over-admitted by at most what the others admitted within one sync interval
--- (and never more than the limit per worker in a window). GATEWAY_RATE_LIMIT_SYNC_MS=0 counts every request
--- in Redis as it comes (INCR, one round trip each): exact across instances, at several times the CPU.
+-- workers and instances each worker over-admits at most what the others admitted within one sync
+-- interval (what it has not read back yet): in all, (workers - 1) x one interval's traffic at most.
+-- GATEWAY_RATE_LIMIT_SYNC_MS=0 counts every request in Redis as it comes (INCR, one round trip each):
+-- exact across instances, at several times the CPU.
 --
 -- When Redis cannot be reached the gateway keeps serving: each instance counts on its own (an nginx
 -- shared dict, common to its workers) until Redis answers again, so the limit holds per instance, N
