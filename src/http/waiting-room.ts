@@ -1,11 +1,11 @@
 // Requests that find the producer queue full wait here for room, oldest first, at most
 // QUEUE_FULL_WAIT_MS, instead of being answered 500 at once.
 //
-// Why: the queue's depth goes down only when librdkafka's statistics are read (every 100 ms,
-// kafka/queue-accounting.ts), so a worker faster than its broker takes points in bursts and refuses
-// in between. Refused at once, a client that retries at once (a load generator's closed loop, a
-// device without backoff) comes back within microseconds and is refused again: under wrk at 100 points
-// per request a worker answered 40,000-48,000 refusals a second, CPU the broker beside it did not get.
+// Why: a worker faster than its broker (librdkafka's queue, read exactly by admission, stays at
+// PRODUCER_QUEUE_MAX_POINTS) finds room only as Kafka acknowledges batches. Refused at once, a client
+// that retries at once (a load generator's closed loop, a device without backoff) comes back within
+// microseconds and is refused again: under wrk at 100 points per request a worker answered
+// 40,000-48,000 refusals a second, CPU the broker beside it did not get.
 // Waiting, the same client is answered 202 when room appears, a few milliseconds later: the answer is
 // delayed, not refused, as an input of Fluent Bit pauses while its output's buffer is full. A request
 // still without room after QUEUE_FULL_WAIT_MS gets the 500 (Retry-After: 1) it gets today; with
@@ -15,7 +15,7 @@
 // Bodies waiting are copies (uWS reuses its buffers), at most QUEUE_FULL_WAIT_MAX_BYTES of them.
 import type { ProducerRefusal } from '../errors.js';
 
-/** How often the queue is looked at while requests wait: statistics come every 100 ms. */
+/** How often the queue is looked at while requests wait (Kafka acknowledges a batch every few ms). */
 const POLL_MS = 5;
 
 export interface Waiter {
