@@ -10,7 +10,8 @@
 //   GW_VARIANTS='default'  the gateway rows: environment sets (A=1,B=2) for
 //                        scripts/gateway.sh, `default` for none, separated by ';'
 //   GW_DIRECT=1          the row without a gateway (0: skip it)
-//   GW_FLOOR=1           a row against a static nginx `return 202` (no service): the generator's own floor
+//   GW_FLOOR=1           a row against a static nginx `return 202` (no service): the generator's own floor,
+//                        and what nginx costs when it proxies nothing
 //   GW_MAX_WORKERS       vegeta's -max-workers (unset: its default, unbounded)
 //   GW_COMPARE_ROOT      another checkout: a row through its gateway too (its scripts/gateway.sh, its
 //                        defaults; the same X-Api-Key header, whatever that gateway makes of it)
@@ -63,9 +64,11 @@ async function main(): Promise<void> {
   console.log(`bench-gateway: ${RATE} requests/s of ${POINTS} point(s), ${SECONDS} s a row (vegeta, open loop${MAX_WORKERS === undefined ? '' : `, -max-workers=${MAX_WORKERS}`}), the service with 2 workers on ${service.url}; ${new Date().toISOString()}`);
   const rows: Row[] = [];
   try {
-    const measure = async (name: string, url: string, headers: Record<string, string>, gateway: Gateway | null) => {
+    // nginxPid: an nginx that is not a gateway (the floor's), whose CPU is counted all the same.
+    const measure = async (name: string, url: string, headers: Record<string, string>, gateway: Gateway | null, nginxPid?: number) => {
       if (WARMUP_SECONDS > 0) await vegetaAttack(vegeta, { url, bodyFile, headers, rate: RATE / 2, seconds: WARMUP_SECONDS, dir, maxWorkers: MAX_WORKERS });
-      const nginxPids = gateway === null ? [] : processTree(gateway.nginxPid());
+      const nginxMain = gateway?.nginxPid() ?? nginxPid;
+      const nginxPids = nginxMain === undefined ? [] : processTree(nginxMain);
       const redisPid = gateway?.redisPid() ?? null;
       const before = { nginx: cpuSeconds(nginxPids), redis: redisPid === null ? 0 : cpuSeconds([redisPid]), service: cpuSeconds(servicePids) };
       const { report, cpuSeconds: vegetaCpu } = await vegetaAttack(vegeta, { url, bodyFile, headers, rate: RATE, seconds: SECONDS, dir, maxWorkers: MAX_WORKERS });
@@ -73,7 +76,7 @@ async function main(): Promise<void> {
         name,
         report,
         cpu: {
-          nginx: gateway === null ? null : cpuSeconds(nginxPids) - before.nginx,
+          nginx: nginxMain === undefined ? null : cpuSeconds(nginxPids) - before.nginx,
           redis: redisPid === null ? null : cpuSeconds([redisPid]) - before.redis,
           service: cpuSeconds(servicePids) - before.service,
           vegeta: vegetaCpu,
@@ -85,7 +88,7 @@ async function main(): Promise<void> {
     if (FLOOR) {
       const floor = await startStaticNginx(dir);
       try {
-        await measure('floor: nginx return 202', floor.url, {}, null);
+        await measure('floor: nginx return 202', floor.url, {}, null, floor.pid);
       } finally {
         await floor.stop();
       }
@@ -127,7 +130,7 @@ async function main(): Promise<void> {
 }
 
 /** nginx answering 202 to anything, access log off: what the generator and loopback alone cost. */
-async function startStaticNginx(dir: string): Promise<{ url: string; stop(): Promise<void> }> {
+async function startStaticNginx(dir: string): Promise<{ url: string; pid: number; stop(): Promise<void> }> {
   const port = await freePort();
   const conf = join(dir, 'static.conf');
   writeFileSync(
@@ -141,6 +144,7 @@ http { access_log off; client_body_temp_path ${dir}; server { listen 127.0.0.1:$
   for (let i = 0; i < 50 && !(await fetch(url).then(() => true).catch(() => false)); i++) await new Promise((r) => setTimeout(r, 100));
   return {
     url,
+    pid: proc.pid!,
     stop: () =>
       new Promise<void>((resolve) => {
         proc.once('exit', () => resolve());
