@@ -17,6 +17,8 @@ export interface BrokerLinkOptions {
   log: Logger;
   /** Called after every event that may change what the producer refuses. */
   changed: () => void;
+  /** How long one attempt to connect (librdkafka's first metadata request) may take: 10 s. */
+  connectTimeoutMs?: number;
 }
 
 export class BrokerLink {
@@ -65,7 +67,7 @@ export class BrokerLink {
     const earlyPoll = setInterval(() => {
       if (this.producer.isConnected()) this.producer.poll();
     }, 100);
-    this.producer.connect({ topic: this.topic, timeout: 10_000 }, (err, metadata) => {
+    this.producer.connect({ topic: this.topic, timeout: this.opts.connectTimeoutMs ?? 10_000 }, (err, metadata) => {
       clearInterval(earlyPoll);
       if (err) {
         this.connectFailures.report({ brokers: this.opts.brokers, err });
@@ -129,7 +131,7 @@ export class BrokerLink {
 }
 
 /** Whether metadata lists the topic with a leader for at least one partition. */
-function hasLeaders(metadata: Kafka.Metadata, topic: string): boolean {
+export function hasLeaders(metadata: Kafka.Metadata, topic: string): boolean {
   const t = metadata.topics.find((candidate) => candidate.name === topic);
   return t !== undefined && t.partitions.length > 0 && t.partitions.some((p) => p.leader >= 0);
 }
