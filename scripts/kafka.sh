@@ -247,7 +247,14 @@ create_topic() {
 }
 
 describe_topic() {
-  tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$1" --command-config "$RUN/tools.properties" --describe --topic "$2"
+  local out tries=0
+  until out=$(tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$1" --command-config "$RUN/tools.properties" \
+      --describe --topic "$2" 2>&1); do
+    # The fencing broker answers no admin call while its controller fences it (about 6 s of every 8).
+    ((++tries < 30)) || { echo "$out" >&2; die "could not describe topic $2"; }
+    sleep 1
+  done
+  echo "$out"
 }
 
 cluster_id() {

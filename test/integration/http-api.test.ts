@@ -3,7 +3,7 @@
 import { Agent, request } from 'node:http';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { uniqueTopic } from '../../support/kafka.js';
+import { consumeAll, createTopic, uniqueTopic } from '../../support/kafka.js';
 import { parseAnswer, raw } from '../helpers/raw-http.js';
 import { metric, point, postTrack, startService, until, type Service } from '../helpers/service.js';
 import { fileTopic } from '../helpers/topic.js';
@@ -262,6 +262,24 @@ describe('when the producer cannot take the points', () => {
       expect(answers.map((a) => (parseAnswer(a).body as { error: string }).error)).toEqual(Array(4).fill('broker_unavailable'));
     } finally {
       await other.stop('SIGKILL');
+    }
+  });
+
+  it('413 payload_too_large for a point whose Kafka message would pass message.max.bytes: the request refused whole, nothing produced', async () => {
+    // A valid point can be that long: RFC 3339 sets no limit to the fraction of a second.
+    const topicOf413 = await createTopic(uniqueTopic('too-large'));
+    const other = await startService({ MQ_TOPIC: topicOf413, MQ_OPT_MESSAGE_MAX_BYTES: '1000' });
+    try {
+      const long = point('long', { timestamp: `2024-05-01T12:00:00.${'1'.repeat(1_200)}Z` });
+      const r = await postTrack(other.url, [point('fits-1'), long]);
+      expect([r.status, r.json.error]).toEqual([413, 'payload_too_large']);
+      expect(r.json.message).toMatch(/^a track point encodes to \d+ bytes, above the Kafka message size limit/);
+      const ok = await postTrack(other.url, [point('fits-2')]);
+      expect([ok.status, ok.json]).toEqual([202, { accepted: 1 }]);
+      const keys = (await consumeAll(topicOf413, { expected: 1 })).map((m) => m.key);
+      expect(keys).toEqual(['fits-2']);
+    } finally {
+      expect(await other.stop()).toBe(0);
     }
   });
 
