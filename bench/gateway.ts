@@ -26,13 +26,13 @@ import { cpuSeconds, processTree } from './lib/procfs.js';
 import { benchPoints } from './lib/points.js';
 import { startTarget } from './lib/targets.js';
 import { vegetaPath, vegetaAttack, type VegetaReport } from './lib/vegeta.js';
+import { envNumber } from './lib/env.js';
 
 const env = process.env;
-const num = (name: string, dflt: number) => (env[name] === undefined ? dflt : Number(env[name]));
-const RATE = num('GW_RATE', 10_000);
-const SECONDS = num('GW_SECONDS', 20);
-const WARMUP_SECONDS = num('GW_WARMUP_SECONDS', 5);
-const POINTS = num('GW_POINTS', 1);
+const RATE = envNumber('GW_RATE', 10_000);
+const SECONDS = envNumber('GW_SECONDS', 20);
+const WARMUP_SECONDS = envNumber('GW_WARMUP_SECONDS', 5);
+const POINTS = envNumber('GW_POINTS', 1);
 const DIRECT = env.GW_DIRECT !== '0';
 const FLOOR = env.GW_FLOOR !== '0';
 const MAX_WORKERS = env.GW_MAX_WORKERS === undefined ? undefined : Number(env.GW_MAX_WORKERS);

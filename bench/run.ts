@@ -19,13 +19,13 @@ import { vegetaAttack, vegetaPath } from './lib/vegeta.js';
 import { markdown, svgChart, type ScenarioResult } from './lib/report.js';
 import { startTarget, type Impl } from './lib/targets.js';
 import { benchPoints } from './lib/points.js';
+import { envNumber } from './lib/env.js';
 
 const env = process.env;
-const num = (name: string, dflt: number) => (env[name] === undefined ? dflt : Number(env[name]));
-const DESIGN_SECONDS = num('BENCH_DESIGN_SECONDS', 60);
-const SAT_SECONDS = num('BENCH_SAT_SECONDS', 10);
-const WARMUP_SECONDS = num('BENCH_WARMUP_SECONDS', 3);
-const LOAD_THREADS = num('BENCH_LOAD_THREADS', 1);
+const DESIGN_SECONDS = envNumber('BENCH_DESIGN_SECONDS', 60);
+const SAT_SECONDS = envNumber('BENCH_SAT_SECONDS', 10);
+const WARMUP_SECONDS = envNumber('BENCH_WARMUP_SECONDS', 3);
+const LOAD_THREADS = envNumber('BENCH_LOAD_THREADS', 1);
 const BATCHES = (env.BENCH_BATCHES ?? '1,10,100,1000').split(',').map(Number);
 const IMPLS = (env.BENCH_IMPLS ?? 'ours:1,ours:2,baseline:1').split(',').map((s) => {
   const [impl, workers] = s.split(':');

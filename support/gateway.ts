@@ -1,13 +1,9 @@
 // Shared by the tests and the benchmarks (support/). The reference gateway as `make gateway` runs it (scripts/gateway.sh: nginx, and a local Redis unless
 // REDIS_URL is given), and HAProxy with deploy/gateway/haproxy.cfg: real processes on free ports.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { readFileSync } from 'node:fs';
 import { freePort } from './ports.js';
-
-// The repository: one level up from support/, two from dist/support/ (the compiled benchmarks).
-const up1 = fileURLToPath(new URL('../', import.meta.url));
-const ROOT = existsSync(`${up1}package.json`) ? up1 : fileURLToPath(new URL('../../', import.meta.url));
+import { REPO_ROOT as ROOT } from './repo-root.js';
 const running = new Set<ChildProcess>();
 process.on('exit', () => {
   for (const p of running) killGroup(p, 'SIGKILL');

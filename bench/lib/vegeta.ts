@@ -1,15 +1,11 @@
 // vegeta (github.com/tsenart/vegeta), an open-loop load generator nobody here wrote: a constant rate
 // whatever the latency, opening connections as answers slow down. Built once by scripts/need-vegeta.sh.
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { REPO_ROOT } from '../../support/repo-root.js';
 import { cpuSeconds } from './procfs.js';
 
-// The repository: two levels up from bench/lib/, three from dist/bench/lib/ (the compiled benchmarks).
-const up2 = fileURLToPath(new URL('../../', import.meta.url));
-const ROOT = existsSync(`${up2}package.json`) ? up2 : fileURLToPath(new URL('../../../', import.meta.url));
-const NEED_VEGETA = `${ROOT}scripts/need-vegeta.sh`;
+const NEED_VEGETA = `${REPO_ROOT}scripts/need-vegeta.sh`;
 
 /** vegeta's binary, built from the Go module proxy the first time. */
 export function vegetaPath(): string {

@@ -1,12 +1,12 @@
 // The producer's promises that hold without a broker: a real node-rdkafka client whose brokers do not
 // answer (none is mocked). Until Kafka has answered, nothing is taken, nothing is journaled, and
 // readiness says why; librdkafka settings it does not know stop the worker before it serves.
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../../src/config.js';
 import { Journal } from '../../../src/journal/journal.js';
 import { newTicket } from '../../../src/kafka/delivery-reports.js';
@@ -18,8 +18,14 @@ import { freePort } from '../../../support/ports.js';
 
 const quiet = pino({ level: 'silent' }, new Writable({ write: (_c, _e, done) => done() }));
 
+const dirs: string[] = [];
+afterEach(() => {
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
 async function setup(env: Record<string, string> = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'producer-unit-'));
+  dirs.push(dir);
   const config = loadConfig({ MQ_BROKERS: `127.0.0.1:${await freePort()}`, MQ_TOPIC: 'unit', JOURNAL_DIR: dir, ...env });
   const journal = new Journal({ dir, slot: 0, slots: 1, maxBytes: config.journalMaxBytes, sync: config.journalSync });
   const producer = new TrackProducer(config, quiet, createWorkerMetrics('unit'), journal, producerSettings(config, 'unit'));
