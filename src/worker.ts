@@ -52,7 +52,7 @@ export async function runWorker(config: Config): Promise<void> {
     process.stderr.write(`configuration error: JOURNAL_DIR: ${err instanceof JournalError ? err.message : String(err)}\n`);
     process.exit(EXIT.CONFIG);
   }
-  log.info({ slot, ackMode: config.ackMode, journalSync: config.journalSync, malloc: runsOnJemalloc() ? 'jemalloc' : 'system' }, 'worker started');
+  log.info({ slot, ackMode: config.ackMode, journalSync: config.journalSync, journalWrites: journal.mappedOn === null ? 'pwritev' : `mapped (${journal.mappedOn})`, malloc: runsOnJemalloc() ? 'jemalloc' : 'system' }, 'worker started');
   if (journal.recovering) log.warn({ dir: config.journalDir, slot, bytes: journal.bytes }, 'the journal holds points an earlier process did not see acknowledged; producing them again once Kafka takes points');
 
   let producer: TrackProducer;

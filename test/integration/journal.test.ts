@@ -67,7 +67,8 @@ describe('what an earlier process left in the journal', () => {
 
   it('with a torn end and a damaged record: the others arrive, those two are counted, the worker runs on', async () => {
     const dir = journalDir();
-    const journal = new Journal({ dir, slot: 0, slots: 1, maxBytes: 2 ** 30, sync: 'process' });
+    // Written with pwritev: the file is its records alone, a third of it each.
+    const journal = new Journal({ dir, slot: 0, slots: 1, maxBytes: 2 ** 30, sync: 'process', mapSegments: false });
     for (const id of ['TORN-a', 'TORN-b', 'TORN-c']) {
       const e = encodePoints([{ ...point(id), speed: 0 }]);
       journal.append({ count: 1, data: Buffer.from(e.data), messages: e.messages.slice() }, Date.now());

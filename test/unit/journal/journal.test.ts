@@ -1,13 +1,14 @@
 // The write-ahead journal on its own: records written before the answer, marked done as Kafka
 // acknowledges them, segments deleted once done, and what a crashed process left read back, torn
 // and damaged records counted and skipped.
-import { appendFileSync, mkdtempSync, openSync, readdirSync, readFileSync, statSync, truncateSync, writeFileSync } from 'node:fs';
+import { appendFileSync, closeSync, mkdtempSync, openSync, readdirSync, readFileSync, statSync, truncateSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { Journal, JournalError, SEGMENT_MAX_BYTES } from '../../../src/journal/journal.js';
-import { readRecord, recordBytes, type JournalBatch } from '../../../src/journal/record.js';
+import { mappableFileSystem } from '../../../src/journal/native.js';
+import { readRecord, RECORD_MAGIC_V1, recordBytes, type JournalBatch } from '../../../src/journal/record.js';
 import { encodePoints } from '../../../src/track-point/encode.js';
 import { messagesOf } from '../../../support/messages.js';
 
@@ -28,17 +29,80 @@ const recovered = (journal: Journal) => journal.nextRecovered(10_000).map((r) =>
 describe('Journal', () => {
   it('writes each record before it returns, whole and readable: the bytes on disk are the record', () => {
     const d = dir();
-    const { journal } = open(d);
+    const { journal } = open(d, { mapSegments: false });
     const b = batch('a', 3);
     const r = journal.append(b, 1_700_000_000_123);
     const [file] = readdirSync(d);
     const bytes = readFileSync(join(d, file!));
+    expect(journal.mappedOn).toBeNull();
     expect(bytes.byteLength).toBe(recordBytes(b));
     const read = readRecord(bytes, 0, bytes.byteLength, 0);
     expect(read.kind).toBe('record');
     if (read.kind !== 'record') return;
     expect([keys(read.record), read.record.timestamp]).toEqual([['a-0', 'a-1', 'a-2'], 1_700_000_000_123]);
     expect([r.points, r.remaining, journal.records, journal.bytes]).toEqual([3, 3, 1, bytes.byteLength]);
+  });
+
+  it.runIf(mappableFileSystem(tmpdir()) !== null)('copies each record into a segment file allocated whole and mapped: on disk at once, without a close, zeros after it', () => {
+    const d = dir();
+    const { journal } = open(d, { maxBytes: 4 * 1024 * 1024 });
+    const b = batch('a', 3);
+    journal.append(b, 1_700_000_000_123);
+    journal.append(batch('b', 1), 1_700_000_000_124);
+    expect(journal.mappedOn).toBe(mappableFileSystem(d));
+    // Read through the file, not the mapping, as the next process after a crash does.
+    const [file] = readdirSync(d);
+    const bytes = readFileSync(join(d, file!));
+    const used = recordBytes(b) + recordBytes(batch('b', 1));
+    expect(bytes.byteLength).toBe(4 * 1024 * 1024); // the segment's capacity: JOURNAL_MAX_BYTES, below 16 MiB
+    expect(bytes.subarray(used).equals(Buffer.alloc(bytes.byteLength - used))).toBe(true);
+    const first = readRecord(bytes, 0, bytes.byteLength, 0);
+    const second = first.kind === 'record' ? readRecord(bytes, first.bytes, bytes.byteLength - first.bytes, 0) : first;
+    expect(second.kind === 'record' && [keys(second.record), second.record.timestamp]).toEqual([['b-0'], 1_700_000_000_124]);
+    expect(readRecord(bytes, used, bytes.byteLength - used, 0).kind).toBe('end');
+    // The limit counts records, not the allocated file; a restart counts the same.
+    expect(journal.bytes).toBe(used);
+    const after = open(d).journal;
+    expect([after.bytes, after.records]).toEqual([used, 2]);
+    expect(recovered(after).map((r) => r.keys)).toEqual([['a-0', 'a-1', 'a-2'], ['b-0']]);
+  });
+
+  it.runIf(mappableFileSystem(tmpdir()) !== null)('after a crash in the middle of a copy into a mapped segment, reads the records before it and counts the torn one', () => {
+    const d = dir();
+    const { journal: first } = open(d);
+    for (const t of ['a', 'b']) first.append(batch(t, 2), 7);
+    // What a process killed during its third copy leaves: the head of a record, then nothing.
+    const file = join(d, readdirSync(d)[0]!);
+    const bytes = readFileSync(file);
+    const fd = openSync(file, 'r+');
+    writeSync(fd, bytes.subarray(0, 60), 0, 60, first.bytes);
+    closeSync(fd);
+    const { journal, corrupt } = open(d);
+    expect(recovered(journal).map((r) => r.keys[0])).toEqual(['a-0', 'b-0']);
+    expect(journal.corruptRecords).toBe(1);
+    expect(corrupt[0]).toMatch(/checksum does not match; skipped/);
+  });
+
+  it('reads the records of the version before (zlib CRC-32, "TIJ1"): an upgrade recovers what it left', () => {
+    const d = dir();
+    const { journal: first } = open(d, { mapSegments: false });
+    first.append(batch('old', 2), 5);
+    first.append(batch('damaged', 1), 6);
+    first.close();
+    // Rewritten as the version before wrote them: its magic, its CRC; the second one's CRC wrong.
+    const file = join(d, readdirSync(d)[0]!);
+    const bytes = readFileSync(file);
+    let at = 0;
+    for (const damaged of [false, true]) {
+      const length = bytes.readUInt32LE(at + 8);
+      bytes.writeUInt32LE(RECORD_MAGIC_V1, at);
+      bytes.writeUInt32LE((crc32(bytes.subarray(at + 12, at + 12 + length)) ^ (damaged ? 1 : 0)) >>> 0, at + 4);
+      at += 12 + length;
+    }
+    writeFileSync(file, bytes);
+    const { journal } = open(d);
+    expect(recovered(journal).map((r) => [r.keys, r.timestamp])).toEqual([[['old-0', 'old-1'], 5]]);
+    expect(journal.corruptRecords).toBe(1);
   });
 
   it('keeps a record until all its points are acknowledged, then marks it done', () => {
@@ -117,7 +181,9 @@ describe('Journal', () => {
     journal.append(batch('a', 1), 1);
     expect(journal.fits(1024 * 1024)).toBe(false);
     // A disk that takes nothing: the active segment's file swapped for /dev/full (every write ENOSPC).
-    const full = open(dir()).journal;
+    // (A mapped segment is allocated whole when it starts: where the disk cannot give that, the
+    // journal writes as here; the tmpfs test of test/integration/journal.test.ts shows it.)
+    const full = open(dir(), { mapSegments: false }).journal;
     (full as unknown as { activeFor(bytes: number): { fd: number } }).activeFor(100).fd = openSync('/dev/full', 'w');
     expect(() => full.append(batch('x', 1), 1)).toThrow(JournalError);
     expect(full.writeFailure?.message).toMatch(/ENOSPC/);
@@ -126,7 +192,8 @@ describe('Journal', () => {
 
   it('skips a damaged record (its checksum) and reads on; stops at a torn end; counts both; never throws', () => {
     const d = dir();
-    const { journal: first } = open(d);
+    // Written with pwritev: the file is its records alone, a third of it each.
+    const { journal: first } = open(d, { mapSegments: false });
     for (const t of ['a', 'b', 'c']) first.append(batch(t, 2), 7);
     const file = join(d, readdirSync(d)[0]!);
     const size = statSync(file).size;

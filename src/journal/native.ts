@@ -1,0 +1,69 @@
+// What the journal needs that Node does not give, from the one native addon the service builds
+// (node-rdkafka's, patches/node-rdkafka-3.6.1-journal-map.patch):
+//   - a segment file allocated on the disk whole and mapped into memory, shared with the file: a
+//     record is then written with a copy instead of a system call (1.3 against 6.2 µs for a record of
+//     100 points, docs/performance.md), and is in the OS's page cache, which outlives the process, as
+//     soon as it is copied;
+//   - CRC-32C with the CPU's instruction (2.3 against 5.7 µs for zlib's CRC-32 over that record).
+import { statfsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+
+interface JournalFilesBinding {
+  /** The file's blocks up to `bytes` allocated (posix_fallocate); throws an errno error (ENOSPC...). */
+  allocateFile(fd: number, bytes: number): void;
+  /** The file's first `bytes` bytes as memory shared with it (MAP_SHARED). */
+  mapFile(fd: number, bytes: number): ArrayBuffer;
+  /** Detaches what mapFile returned, and unmaps it. */
+  unmapFile(map: ArrayBuffer): void;
+  crc32c(data: Uint8Array, crc?: number): number;
+  readonly crc32cHardware: boolean;
+}
+
+const binding = (createRequire(import.meta.url)('node-rdkafka/librdkafka.js') as { journalFiles?: JournalFilesBinding }).journalFiles;
+if (binding === undefined) {
+  throw new Error('node-rdkafka lacks journalFiles: patches/ was not applied; run scripts/patch-node-rdkafka.sh (npm ci runs it)');
+}
+const files: JournalFilesBinding = binding;
+
+/** CRC-32C (Castagnoli) of `data`, continuing `crc`. */
+export const crc32c: (data: Uint8Array, crc?: number) => number = files.crc32c;
+
+/**
+ * The file systems on which a mapped segment is safe: there, blocks allocated by fallocate stay
+ * allocated when written over, so a write into the mapping never meets a full disk (which would be
+ * a SIGBUS, not an error). Copy-on-write file systems (btrfs, ZFS) and network ones give no such
+ * promise: the journal writes records with pwritev there. statfs(2) f_type values.
+ */
+const MAPPABLE_FILE_SYSTEMS = new Map<number, string>([
+  [0xef53, 'ext4'],
+  [0x58465342, 'xfs'],
+  [0x01021994, 'tmpfs'],
+]);
+
+/** The file system under `dir` when segments can be mapped there, else null. */
+export function mappableFileSystem(dir: string): string | null {
+  try {
+    return MAPPABLE_FILE_SYSTEMS.get(Number(statfsSync(dir).type)) ?? null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The first `bytes` bytes of the open file `fd`, allocated on the disk and mapped; null when the disk
+ * cannot give them all now (the caller writes record by record instead, and a full disk then shows
+ * as a refused write).
+ */
+export function mapSegment(fd: number, bytes: number): Uint8Array | null {
+  try {
+    files.allocateFile(fd, bytes);
+    return new Uint8Array(files.mapFile(fd, bytes));
+  } catch {
+    return null;
+  }
+}
+
+/** Ends a mapping from mapSegment: its view reads as empty afterwards. */
+export function unmapSegment(map: Uint8Array): void {
+  files.unmapFile(map.buffer as ArrayBuffer);
+}
