@@ -60,7 +60,7 @@ export function encodeHead(scratch: Buffer, batch: JournalBatch, timestamp: numb
   buf.writeUInt32LE(0, 20);
   buf.writeDoubleLE(timestamp, 24);
   buf.set(new Uint8Array(batch.messages.buffer, batch.messages.byteOffset, 16 * batch.count), RECORD_HEADER_BYTES);
-  buf.writeUInt32LE(crc32c(batch.data, crc32c(buf.subarray(RECORD_PREFIX_BYTES, headBytes))), 4);
+  buf.writeUInt32LE(crc32c(buf.subarray(RECORD_PREFIX_BYTES, headBytes), batch.data), 4);
   return buf;
 }
 
