@@ -28,11 +28,12 @@
 // loop does next, and the order of records is the order of requests. In JOURNAL_SYNC=process mode, on
 // a file system that keeps allocated blocks allocated (native.ts), a segment file is allocated whole
 // and mapped into memory when it is opened, and a record is copied into the mapping: the page cache
-// is the file, so the record outlives the process just as a written one does, for a copy instead of a
-// system call. A spare keeps its mapping for its next use. Where the disk cannot give a whole segment
-// (nearly full), or elsewhere, records are written with pwritev, and a full disk is a refused write. With JOURNAL_SYNC=disk the 202
-// also waits for an fdatasync of the segment, made for every request that came in the meantime at
-// once (group commit: as often as the disk allows, from the threadpool, not the event loop).
+// is the file, so the record outlives the process just as a written one does, for a copy instead of
+// a system call. A spare keeps its mapping for its next use. Where the disk cannot give a whole
+// segment (nearly full), or elsewhere, records are written with pwritev, and a full disk is a refused
+// write. With JOURNAL_SYNC=disk the 202 also waits for an fdatasync of the segment, made for every
+// request that came in the meantime at once (group commit: as often as the disk allows, from the
+// threadpool, not the event loop).
 import { closeSync, fdatasync, fdatasyncSync, fstatSync, fsync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, statfsSync, unlinkSync, writeSync, writevSync } from 'node:fs';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
@@ -353,6 +354,12 @@ export class Journal {
       if (this.sync === 'disk' && this.unsynced.has(segment.fd)) this.closeAfterSync.add(segment.fd);
       else closeSync(segment.fd);
       segment.fd = null;
+    }
+    // A sealed segment keeps its mapping, to be a spare that needs no new one, unless several do
+    // already: during an outage, a journal of many full segments would otherwise stay mapped whole.
+    if (segment.map !== null && this.segments.filter((s) => s.sealed && s.map !== null).length > MAX_SPARES) {
+      unmapSegment(segment.map);
+      segment.map = null;
     }
     this.deleteIfDone(segment);
   }

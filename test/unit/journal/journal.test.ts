@@ -1,7 +1,7 @@
 // The write-ahead journal on its own: records written before the answer, marked done as Kafka
 // acknowledges them, segments deleted once done, and what a crashed process left read back, torn
 // and damaged records counted and skipped.
-import { appendFileSync, closeSync, mkdtempSync, openSync, readdirSync, readFileSync, statSync, truncateSync, writeFileSync, writeSync } from 'node:fs';
+import { appendFileSync, closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, statSync, truncateSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
@@ -65,6 +65,20 @@ describe('Journal', () => {
     const after = open(d).journal;
     expect([after.bytes, after.records]).toEqual([used, 2]);
     expect(recovered(after).map((r) => r.keys)).toEqual([['a-0', 'a-1', 'a-2'], ['b-0']]);
+  });
+
+  it.runIf(mappableFileSystem(tmpdir()) !== null && existsSync('/proc/self/maps'))('keeps at most three segments mapped however many it holds (an outage), and none once closed', () => {
+    const d = dir();
+    const mapped = () => readFileSync('/proc/self/maps', 'utf8').split('\n').filter((l) => l.includes(d)).length;
+    const { journal } = open(d, { maxBytes: 128 * 1024 * 1024 });
+    const big = batch('big', 5000); // about 0.5 MB a record: 5 segments of 16 MiB
+    const records = Array.from({ length: Math.ceil((5 * SEGMENT_MAX_BYTES) / recordBytes(big)) }, () => journal.append(big, 1));
+    expect(readdirSync(d).filter((n) => n.endsWith('.wal')).length).toBeGreaterThanOrEqual(5);
+    expect(mapped()).toBeLessThanOrEqual(3);
+    for (const r of records) journal.acknowledged(r.id, big.count);
+    expect(mapped()).toBeLessThanOrEqual(3);
+    journal.close();
+    expect(mapped()).toBe(0);
   });
 
   it.runIf(mappableFileSystem(tmpdir()) !== null)('after a crash in the middle of a copy into a mapped segment, reads the records before it and counts the torn one', () => {
