@@ -152,6 +152,8 @@ export class Journal {
   private commitWaiters: ((err: Error | null) => void)[] = [];
   private committing = false;
   private readonly unsynced = new Set<number>();
+  /** The files of the fdatasync under way: one sealed meanwhile is closed after it, not before. */
+  private readonly syncing = new Set<number>();
   private readonly closeAfterSync = new Set<number>();
   private dirUnsynced = false;
 
@@ -351,7 +353,8 @@ export class Journal {
     segment.sealed = true;
     if (this.active === segment) this.active = null;
     if (segment.fd !== null) {
-      if (this.sync === 'disk' && this.unsynced.has(segment.fd)) this.closeAfterSync.add(segment.fd);
+      // Closed under a waiting fdatasync, it failed (EBADF: every request of that commit answered 500).
+      if (this.sync === 'disk' && (this.unsynced.has(segment.fd) || this.syncing.has(segment.fd))) this.closeAfterSync.add(segment.fd);
       else closeSync(segment.fd);
       segment.fd = null;
     }
@@ -531,6 +534,7 @@ export class Journal {
     this.commitWaiters = [];
     const fds = [...this.unsynced];
     this.unsynced.clear();
+    for (const fd of fds) this.syncing.add(fd);
     const syncDir = this.dirUnsynced;
     this.dirUnsynced = false;
     this.committing = true;
@@ -538,6 +542,7 @@ export class Journal {
     let failure: Error | null = null;
     const finish = () => {
       this.committing = false;
+      this.syncing.clear();
       for (const fd of fds) {
         if (!this.closeAfterSync.delete(fd)) continue;
         try {

@@ -2,6 +2,7 @@
 // acknowledges them, segments deleted once done, and what a crashed process left read back, torn
 // and damaged records counted and skipped.
 import { appendFileSync, closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, statSync, truncateSync, writeFileSync, writeSync } from 'node:fs';
+import { pbkdf2 } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
@@ -267,6 +268,20 @@ describe('Journal', () => {
     let now = false;
     processMode.afterCommit(() => (now = true));
     expect(now).toBe(true);
+  });
+
+  it('syncs a segment that Kafka finished while its fdatasync still waited (JOURNAL_SYNC=disk): the requests of that commit are not refused', async () => {
+    const d = dir();
+    const { journal } = open(d, { sync: 'disk' });
+    // Every threadpool thread busy for a while: the fdatasync waits behind them.
+    const threads = Number(process.env.UV_THREADPOOL_SIZE ?? 4);
+    const busy = Array.from({ length: threads }, () => new Promise((r) => pbkdf2('x', 'y', 300_000, 32, 'sha256', r)));
+    const big = batch('big', 10_000); // about 1.2 MB: past the size at which a segment all done is rolled over
+    const r = journal.append(big, 1);
+    const committed = new Promise<Error | null>((resolve) => journal.afterCommit(resolve));
+    journal.acknowledged(r.id, big.count); // all done: the segment is sealed now, its fdatasync not yet run
+    expect(await committed).toBeNull();
+    await Promise.all(busy);
   });
 
   it('refuses a directory it cannot create, naming JOURNAL_DIR', () => {
