@@ -21,7 +21,7 @@
 #   - produce-batch: Producer#produceBatch hands librdkafka every message of a request in one native
 #     call (docs/performance.md, "One native call per request", says why), with a tag and a timestamp;
 #     Producer#takeAcks and Producer#queueLength;
-#   - journal-map: what the write-ahead journal needs natively (src/journal/segment-file.ts): a segment
+#   - journal-map: what the write-ahead journal needs natively (src/journal/native.ts): a segment
 #     file allocated whole and mapped into memory, and CRC-32C with the CPU's instruction. Not Kafka's,
 #     but this is the one addon the service builds, so the journal takes no second build pipeline.
 #   The addon is rebuilt with `node-gyp build`, not `rebuild`: only the changed C++ files are compiled

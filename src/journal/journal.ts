@@ -275,16 +275,23 @@ export class Journal {
     const bytes = recordBytes(batch);
     const segment = this.activeFor(bytes);
     this.head = encodeHead(this.head, batch, timestamp, segment.seq);
-    const headBytes = bytes - batch.data.byteLength;
+    const head = this.head.subarray(0, bytes - batch.data.byteLength);
     if (segment.map !== null) {
       // Into the page cache with two copies (activeFor made room: the segment is allocated whole).
-      segment.map.set(this.head.subarray(0, headBytes), segment.bytes);
-      segment.map.set(batch.data, segment.bytes + headBytes);
-      segment.bytes += bytes;
-      this.heldBytes += bytes;
-      return { segment, index: segment.records++ };
+      segment.map.set(head, segment.bytes);
+      segment.map.set(batch.data, segment.bytes + head.byteLength);
+    } else {
+      this.writeAt(segment, [head, batch.data], bytes);
     }
-    const parts = [this.head.subarray(0, headBytes), batch.data];
+    this.writeFailure = null;
+    segment.bytes += bytes;
+    this.heldBytes += bytes;
+    if (this.sync === 'disk') this.unsynced.add(segment.fd!);
+    return { segment, index: segment.records++ };
+  }
+
+  /** Writes a record with pwritev at the segment's end; on failure keeps nothing of it and throws. */
+  private writeAt(segment: Segment, parts: Uint8Array[], bytes: number): void {
     try {
       // At its place in the file: a spare file is written over from its start.
       let written = writevSync(segment.fd!, parts, segment.bytes);
@@ -294,11 +301,6 @@ export class Journal {
       this.failedBytes = bytes;
       this.writeFailed(segment, err);
     }
-    this.writeFailure = null;
-    segment.bytes += bytes;
-    this.heldBytes += bytes;
-    if (this.sync === 'disk') this.unsynced.add(segment.fd!);
-    return { segment, index: segment.records++ };
   }
 
   /** The segment to append `bytes` to: the active one, or a new one when it would grow past its size. */

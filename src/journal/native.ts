@@ -17,7 +17,6 @@ interface JournalFilesBinding {
   unmapFile(map: ArrayBuffer): void;
   /** CRC-32C of `first`, then `second`: one call for a record's head and data. */
   crc32c(first: Uint8Array, second?: Uint8Array): number;
-  readonly crc32cHardware: boolean;
 }
 
 const binding = (createRequire(import.meta.url)('node-rdkafka/librdkafka.js') as { journalFiles?: JournalFilesBinding }).journalFiles;
