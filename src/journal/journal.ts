@@ -546,7 +546,8 @@ export class Journal {
       this.committing = false;
       this.syncing.clear();
       for (const fd of fds) {
-        if (!this.closeAfterSync.delete(fd)) continue;
+        // Written again during this sync, it waits for the next commit, which closes it after its own.
+        if (this.unsynced.has(fd) || !this.closeAfterSync.delete(fd)) continue;
         try {
           closeSync(fd);
         } catch {

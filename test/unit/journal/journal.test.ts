@@ -1,7 +1,7 @@
 // The write-ahead journal on its own: records written before the answer, marked done as Kafka
 // acknowledges them, segments deleted once done, and what a crashed process left read back, torn
 // and damaged records counted and skipped.
-import { appendFileSync, closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, statSync, truncateSync, writeFileSync, writeSync } from 'node:fs';
+import { appendFileSync, closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, statSync, truncateSync, writeFileSync, writeSync } from 'node:fs';
 import { pbkdf2 } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,6 +26,17 @@ const batch = (tag: string, n: number): JournalBatch => {
 };
 const keys = (b: JournalBatch) => messagesOf(b).keys.map((k) => k.toString());
 const recovered = (journal: Journal) => journal.nextRecovered(10_000).map((r) => ({ keys: keys(r.record), timestamp: r.record.timestamp, id: r.inFlight.id }));
+
+/** The paths of the files this process has open (Linux). */
+function openFiles(): string[] {
+  return readdirSync('/proc/self/fd').flatMap((fd) => {
+    try {
+      return [readlinkSync(`/proc/self/fd/${fd}`)];
+    } catch {
+      return []; // closed meanwhile (the directory's own fd)
+    }
+  });
+}
 
 describe('Journal', () => {
   it('writes each record before it returns, whole and readable: the bytes on disk are the record', () => {
@@ -281,6 +292,34 @@ describe('Journal', () => {
     const committed = new Promise<Error | null>((resolve) => journal.afterCommit(resolve));
     journal.acknowledged(r.id, big.count); // all done: the segment is sealed now, its fdatasync not yet run
     expect(await committed).toBeNull();
+    await Promise.all(busy);
+  });
+
+  it('syncs a record appended while its segment\'s fdatasync waited, when Kafka finishes the segment before the next commit (JOURNAL_SYNC=disk)', async () => {
+    const d = dir();
+    const { journal } = open(d, { sync: 'disk' });
+    const threads = Number(process.env.UV_THREADPOOL_SIZE ?? 4);
+    const busy = Array.from({ length: threads }, () => new Promise((r) => pbkdf2('x', 'y', 300_000, 32, 'sha256', r)));
+    const big = batch('big', 10_000);
+    const first = journal.append(big, 1);
+    // What the process has open the moment the first commit ends, before the second starts.
+    let openThen: string[] = [];
+    const firstCommit = new Promise<Error | null>((resolve) =>
+      journal.afterCommit((err) => {
+        openThen = openFiles();
+        resolve(err);
+      }),
+    ); // its fdatasync waits
+    const small = batch('small', 1);
+    const second = journal.append(small, 2); // the same segment, for the next commit
+    const secondCommit = new Promise<Error | null>((resolve) => journal.afterCommit(resolve));
+    journal.acknowledged(first.id, big.count);
+    journal.acknowledged(second.id, small.count); // all done: sealed while the first commit waits
+    expect(await firstCommit).toBeNull();
+    // Closed at the end of the first commit, the second's fdatasync would fail (EBADF: a 500 for a
+    // request whose points were taken) or sync whatever file took the number, leaving this one unsynced.
+    expect(openThen.filter((f) => f.startsWith(d))).toHaveLength(1);
+    expect(await secondCommit).toBeNull();
     await Promise.all(busy);
   });
 
