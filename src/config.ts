@@ -24,6 +24,7 @@ export const DEFAULTS = {
   JOURNAL_DIR: 'journal',
   JOURNAL_MAX_BYTES: '1073741824',
   JOURNAL_SYNC: 'process',
+  JOURNAL_SYNC_INTERVAL_MS: '2',
   LOG_LEVEL: 'info',
   WORKER_MALLOC: 'auto',
 } as const;
@@ -76,6 +77,8 @@ export interface Config {
   journalDir: string;
   journalMaxBytes: number;
   journalSync: JournalSync;
+  /** JOURNAL_SYNC=disk: the least time between two group commits (fdatasyncs) of a worker's journal. */
+  journalSyncIntervalMs: number;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   /** The malloc the workers are forked with (allocator.ts says why jemalloc). */
   workerMalloc: WorkerMalloc;
@@ -146,6 +149,7 @@ const EnvSchema = z.object({
   JOURNAL_DIR: z.string().min(1),
   JOURNAL_MAX_BYTES: wholeNumber(1024 * 1024, 2 ** 50),
   JOURNAL_SYNC: z.enum(['process', 'disk'], { error: 'must be process (survives a crash of the process) or disk (survives a power loss: each 202 waits for fdatasync)' }),
+  JOURNAL_SYNC_INTERVAL_MS: wholeNumber(0, 1_000),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
   WORKER_MALLOC: z.enum(['auto', 'jemalloc', 'system']),
 });
@@ -188,6 +192,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     journalDir: e.JOURNAL_DIR,
     journalMaxBytes: e.JOURNAL_MAX_BYTES,
     journalSync: e.JOURNAL_SYNC,
+    journalSyncIntervalMs: e.JOURNAL_SYNC_INTERVAL_MS,
     logLevel: e.LOG_LEVEL,
     workerMalloc: resolveWorkerMalloc(e.WORKER_MALLOC, env),
     producerOptions: Object.freeze(producerOptionsFrom(env)),

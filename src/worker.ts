@@ -45,6 +45,7 @@ export async function runWorker(config: Config): Promise<void> {
       slots: config.workers,
       maxBytes: config.journalMaxBytes,
       sync: config.journalSync,
+      syncIntervalMs: config.journalSyncIntervalMs,
       onCorrupt: (file, at, what) => log.error({ file, at }, `journal file: ${what}`),
     });
   } catch (err) {

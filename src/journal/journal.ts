@@ -32,8 +32,10 @@
 // a system call. A spare keeps its mapping for its next use. Where the disk cannot give a whole
 // segment (nearly full), or elsewhere, records are written with pwritev, and a full disk is a refused
 // write. With JOURNAL_SYNC=disk the 202 also waits for an fdatasync of the segment, made for every
-// request that came in the meantime at once (group commit: as often as the disk allows, from the
-// threadpool, not the event loop).
+// request that came in the meantime at once (group commit, from the threadpool, not the event loop):
+// at most one every JOURNAL_SYNC_INTERVAL_MS, because each costs a threadpool round trip and a
+// commit of the file system's own journal, and at thousands of requests a second the disk would
+// otherwise be asked once for every request or two.
 import { closeSync, fdatasync, fdatasyncSync, fstatSync, fsync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, statfsSync, unlinkSync, writeSync, writevSync } from 'node:fs';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
@@ -71,6 +73,8 @@ export interface JournalOptions {
   slots: number;
   maxBytes: number;
   sync: JournalSync;
+  /** JOURNAL_SYNC=disk: the least time between the starts of two group commits (0: one as soon as the last ends). */
+  syncIntervalMs?: number;
   /** A record whose CRC does not match, or a file that ends in a torn record: counted and skipped. */
   onCorrupt?: (file: string, at: number, what: string) => void;
   /** Map segments where the file system allows (the default), or always write them with pwritev. */
@@ -151,6 +155,10 @@ export class Journal {
   // JOURNAL_SYNC=disk: the group commit.
   private commitWaiters: ((err: Error | null) => void)[] = [];
   private committing = false;
+  private readonly syncIntervalMs: number;
+  private lastCommitAt = -Infinity;
+  /** A commit waiting for its turn (the interval, or the next turn of the loop): none starts meanwhile. */
+  private cancelCommit: (() => void) | null = null;
   private readonly unsynced = new Set<number>();
   /** The files of the fdatasync under way: one sealed meanwhile is closed after it, not before. */
   private readonly syncing = new Set<number>();
@@ -163,6 +171,7 @@ export class Journal {
     this.slot = opts.slot;
     this.maxBytes = opts.maxBytes;
     this.sync = opts.sync;
+    this.syncIntervalMs = opts.syncIntervalMs ?? 0;
     this.onCorrupt = opts.onCorrupt;
     let names: string[];
     try {
@@ -528,10 +537,28 @@ export class Journal {
   afterCommit(done: (err: Error | null) => void): void {
     if (this.sync === 'process') return done(null);
     this.commitWaiters.push(done);
-    if (!this.committing) this.commitNow();
+    if (!this.committing && this.cancelCommit === null) this.scheduleCommit(false);
+  }
+
+  /** The next group commit: now (after one, on the next turn of the loop), or once the interval since the last has passed. */
+  private scheduleCommit(afterOne: boolean): void {
+    const wait = this.lastCommitAt + this.syncIntervalMs - performance.now();
+    if (wait <= 0 && !afterOne) return this.commitNow();
+    const run = () => {
+      this.cancelCommit = null;
+      this.commitNow();
+    };
+    if (wait > 0) {
+      const timer = setTimeout(run, wait);
+      this.cancelCommit = () => clearTimeout(timer);
+    } else {
+      const immediate = setImmediate(run);
+      this.cancelCommit = () => clearImmediate(immediate);
+    }
   }
 
   private commitNow(): void {
+    this.lastCommitAt = performance.now();
     const waiters = this.commitWaiters;
     this.commitWaiters = [];
     const fds = [...this.unsynced];
@@ -555,7 +582,7 @@ export class Journal {
         }
       }
       for (const w of waiters) w(failure);
-      if (this.commitWaiters.length > 0) setImmediate(() => this.commitNow());
+      if (this.commitWaiters.length > 0) this.scheduleCommit(true);
     };
     const one = (err: Error | null) => {
       if (err !== null && failure === null) failure = new JournalError(`cannot sync the journal to disk: ${err.message}`, { cause: err });
@@ -614,6 +641,8 @@ export class Journal {
 
   /** Writes the marks, syncs (disk mode) and closes; what is in flight stays for the next start. */
   close(): void {
+    this.cancelCommit?.();
+    this.cancelCommit = null;
     this.flushMarks();
     for (const segment of this.segments) {
       closeMarks(segment);

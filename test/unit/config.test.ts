@@ -39,6 +39,7 @@ describe('configuration', () => {
     ['MQ_TOPIC', 'bad topic'],
     ['MQ_BROKERS', 'no-port'],
     ['LOG_LEVEL', 'loud'],
+    ['JOURNAL_SYNC_INTERVAL_MS', '1001'],
     ['PRODUCER_QUEUE_MAX_POINTS', '5'], // below MAX_POINTS
   ])('refuses %s=%s with an error naming the variable', (variable, value) => {
     let error: unknown;

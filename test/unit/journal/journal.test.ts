@@ -323,6 +323,24 @@ describe('Journal', () => {
     await Promise.all(busy);
   });
 
+  it('makes one fdatasync for the requests of a sync interval: the first at once, the next no sooner than the interval after it (JOURNAL_SYNC=disk)', async () => {
+    const d = dir();
+    const { journal } = open(d, { sync: 'disk', syncIntervalMs: 200 });
+    const commit = () => new Promise<number>((resolve) => journal.afterCommit((err) => (err === null ? resolve(performance.now()) : resolve(NaN))));
+    const start = performance.now();
+    journal.append(batch('a', 1), 1);
+    const first = await commit();
+    expect(first - start).toBeLessThan(190); // not held back: no commit before it
+    journal.append(batch('b', 1), 2);
+    const second = commit();
+    journal.append(batch('c', 1), 3);
+    const third = commit();
+    const [b, c] = await Promise.all([second, third]);
+    expect(b - start).toBeGreaterThanOrEqual(195); // timers fire no sooner (within their 1 ms rounding)
+    expect(c - start).toBeLessThan(390); // the same commit: a commit of its own would come another 200 ms later
+    journal.close();
+  });
+
   it('refuses a directory it cannot create, naming JOURNAL_DIR', () => {
     const file = join(dir(), 'a-file');
     writeFileSync(file, '');
