@@ -604,6 +604,29 @@ export class Journal {
     }
   }
 
+  /** The group commit, made on the event loop: for close(), whose waiters would otherwise never be answered. */
+  private commitNowSync(): void {
+    const waiters = this.commitWaiters;
+    this.commitWaiters = [];
+    let failure: Error | null = null;
+    try {
+      for (const fd of this.unsynced) fdatasyncSync(fd);
+      if (this.dirUnsynced) {
+        const dirFd = openSync(this.dir, 'r');
+        try {
+          fdatasyncSync(dirFd);
+        } finally {
+          closeSync(dirFd);
+        }
+      }
+      this.unsynced.clear();
+      this.dirUnsynced = false;
+    } catch (err) {
+      failure = new JournalError(`cannot sync the journal to disk: ${(err as Error).message}`, { cause: err });
+    }
+    for (const w of waiters) w(failure);
+  }
+
   // ---- what it holds --------------------------------------------------------------------------
 
   /** Bytes of every file not yet deleted (JOURNAL_MAX_BYTES bounds it). */
@@ -643,6 +666,8 @@ export class Journal {
   close(): void {
     this.cancelCommit?.();
     this.cancelCommit = null;
+    // Requests waiting for a commit the interval held back: it is made now, and they are answered.
+    if (this.commitWaiters.length > 0 && !this.committing) this.commitNowSync();
     this.flushMarks();
     for (const segment of this.segments) {
       closeMarks(segment);

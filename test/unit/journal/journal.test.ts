@@ -341,6 +341,19 @@ describe('Journal', () => {
     journal.close();
   });
 
+  it('on close, commits what waits for the sync interval and answers it, rather than leaving those requests unanswered (JOURNAL_SYNC=disk)', async () => {
+    const d = dir();
+    const { journal } = open(d, { sync: 'disk', syncIntervalMs: 60_000 });
+    journal.append(batch('a', 1), 1);
+    await new Promise((resolve) => journal.afterCommit(resolve));
+    journal.append(batch('b', 1), 2);
+    let answer: Error | null | undefined;
+    journal.afterCommit((err) => (answer = err)); // held back a minute by the interval
+    expect(answer).toBeUndefined();
+    journal.close();
+    expect(answer).toBeNull();
+  });
+
   it('refuses a directory it cannot create, naming JOURNAL_DIR', () => {
     const file = join(dir(), 'a-file');
     writeFileSync(file, '');
