@@ -159,6 +159,8 @@ export class Journal {
   private lastCommitAt = -Infinity;
   /** A commit waiting for its turn (the interval, or the next turn of the loop): none starts meanwhile. */
   private cancelCommit: (() => void) | null = null;
+  /** Set by close(): in disk mode, the outcome of its last sync. */
+  private closed: { failure: Error | null } | null = null;
   private readonly unsynced = new Set<number>();
   /** The files of the fdatasync under way: one sealed meanwhile is closed after it, not before. */
   private readonly syncing = new Set<number>();
@@ -536,6 +538,7 @@ export class Journal {
    */
   afterCommit(done: (err: Error | null) => void): void {
     if (this.sync === 'process') return done(null);
+    if (this.closed !== null) return done(new JournalError('the journal is closed: the worker is stopping'));
     this.commitWaiters.push(done);
     if (!this.committing && this.cancelCommit === null) this.scheduleCommit(false);
   }
@@ -572,6 +575,8 @@ export class Journal {
     const finish = () => {
       this.committing = false;
       this.syncing.clear();
+      // Closed meanwhile: close() synced and closed the files (their numbers may be another file's now).
+      if (this.closed !== null) return waiters.forEach((w) => w(this.closed!.failure));
       for (const fd of fds) {
         // Written again during this sync, it waits for the next commit, which closes it after its own.
         if (this.unsynced.has(fd) || !this.closeAfterSync.delete(fd)) continue;
@@ -604,13 +609,17 @@ export class Journal {
     }
   }
 
-  /** The group commit, made on the event loop: for close(), whose waiters would otherwise never be answered. */
-  private commitNowSync(): void {
+  /**
+   * close() in disk mode: every file with records not yet on the disk synced here, on the loop; the
+   * requests waiting for a commit answered. A commit under way when the files close ends with the
+   * outcome of this sync, not with the EBADF of its own.
+   */
+  private syncBeforeClose(): void {
     const waiters = this.commitWaiters;
     this.commitWaiters = [];
     let failure: Error | null = null;
     try {
-      for (const fd of this.unsynced) fdatasyncSync(fd);
+      for (const fd of new Set([...this.unsynced, ...this.syncing])) fdatasyncSync(fd);
       if (this.dirUnsynced) {
         const dirFd = openSync(this.dir, 'r');
         try {
@@ -624,6 +633,7 @@ export class Journal {
     } catch (err) {
       failure = new JournalError(`cannot sync the journal to disk: ${(err as Error).message}`, { cause: err });
     }
+    this.closed = { failure };
     for (const w of waiters) w(failure);
   }
 
@@ -666,20 +676,17 @@ export class Journal {
   close(): void {
     this.cancelCommit?.();
     this.cancelCommit = null;
-    // Requests waiting for a commit the interval held back: it is made now, and they are answered.
-    if (this.commitWaiters.length > 0 && !this.committing) this.commitNowSync();
+    // Requests waiting for a commit (held back by the interval, or under way) are answered from here.
+    if (this.sync === 'disk') this.syncBeforeClose();
+    else this.closed = { failure: null };
     this.flushMarks();
     for (const segment of this.segments) {
       closeMarks(segment);
       if (segment.fd === null) continue;
-      if (this.sync === 'disk') fdatasyncQuietly(segment.fd);
       closeSync(segment.fd);
       segment.fd = null;
     }
-    for (const fd of this.closeAfterSync) {
-      fdatasyncQuietly(fd);
-      closeSync(fd);
-    }
+    for (const fd of this.closeAfterSync) closeSync(fd);
     this.closeAfterSync.clear();
     // What was copied into a mapping is in the page cache: unmapping loses nothing.
     for (const holder of [...this.segments, ...this.spares]) {
@@ -769,14 +776,6 @@ function ftruncateQuietly(fd: number): void {
     ftruncateSync(fd, 0);
   } catch {
     /* the space stays taken until the file is reused or deleted */
-  }
-}
-
-function fdatasyncQuietly(fd: number): void {
-  try {
-    fdatasync(fd, () => {});
-  } catch {
-    /* closing anyway */
   }
 }
 

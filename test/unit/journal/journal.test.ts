@@ -354,6 +354,18 @@ describe('Journal', () => {
     expect(answer).toBeNull();
   });
 
+  it('on close, answers a commit still under way with the outcome of its own sync, not the EBADF of files it closed (JOURNAL_SYNC=disk)', async () => {
+    const d = dir();
+    const { journal } = open(d, { sync: 'disk' });
+    const threads = Number(process.env.UV_THREADPOOL_SIZE ?? 4);
+    const busy = Array.from({ length: threads }, () => new Promise((r) => pbkdf2('x', 'y', 300_000, 32, 'sha256', r)));
+    journal.append(batch('a', 1), 1);
+    const underWay = new Promise<Error | null>((resolve) => journal.afterCommit(resolve)); // its fdatasync waits for the threadpool
+    journal.close();
+    expect(await underWay).toBeNull();
+    await Promise.all(busy);
+  });
+
   it('refuses a directory it cannot create, naming JOURNAL_DIR', () => {
     const file = join(dir(), 'a-file');
     writeFileSync(file, '');
