@@ -31,14 +31,13 @@
 // is the file, so the record outlives the process just as a written one does, for a copy instead of
 // a system call. A spare keeps its mapping for its next use. Where the disk cannot give a whole
 // segment (nearly full), or elsewhere, records are written with pwritev, and a full disk is a refused
-// write. With JOURNAL_SYNC=disk the 202 also waits for an fdatasync of the segment, made for every
-// request that came in the meantime at once (group commit, from the threadpool, not the event loop):
-// at most one every JOURNAL_SYNC_INTERVAL_MS, because each costs a threadpool round trip and a
-// commit of the file system's own journal, and at thousands of requests a second the disk would
-// otherwise be asked once for every request or two.
-import { closeSync, fdatasync, fdatasyncSync, fstatSync, fsync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, statfsSync, unlinkSync, writeSync, writevSync } from 'node:fs';
+// write. With JOURNAL_SYNC=disk the 202 also waits for an fdatasync of the segment, one for every
+// request that came in the meantime (group-commit.ts).
+import { closeSync, fdatasyncSync, fstatSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, statfsSync, unlinkSync, writeSync, writevSync } from 'node:fs';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
+import { GroupCommit, type CommitDone } from './group-commit.js';
+import { JournalError } from './journal-error.js';
 import { mappableFileSystem, mapSegment, unmapSegment } from './native.js';
 import { encodeHead, isRecordMagic, readRecord, RECORD_HEADER_BYTES, RECORD_PREFIX_BYTES, recordBytes, type JournalBatch, type JournalRecord } from './record.js';
 
@@ -59,12 +58,7 @@ const LEGACY_RE = /^worker-(\d+)\.(\d{12})\.spill$/;
 
 export type JournalSync = 'process' | 'disk';
 
-export class JournalError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'JournalError';
-  }
-}
+export { JournalError };
 
 export interface JournalOptions {
   dir: string;
@@ -124,7 +118,6 @@ export class Journal {
   readonly dir: string;
   private readonly slot: number;
   private readonly maxBytes: number;
-  readonly sync: JournalSync;
   private readonly onCorrupt: JournalOptions['onCorrupt'];
   /** Every segment not yet deleted, oldest first; the last is the active one (when not recovered). */
   private readonly segments: Segment[] = [];
@@ -152,28 +145,15 @@ export class Journal {
   corruptRecords = 0;
   /** The head (header and offsets) of the record being written: scratch, grown as records need. */
   private head: Buffer = Buffer.alloc(4096);
-  // JOURNAL_SYNC=disk: the group commit.
-  private commitWaiters: ((err: Error | null) => void)[] = [];
-  private committing = false;
-  private readonly syncIntervalMs: number;
-  private lastCommitAt = -Infinity;
-  /** A commit waiting for its turn (the interval, or the next turn of the loop): none starts meanwhile. */
-  private cancelCommit: (() => void) | null = null;
-  /** Set by close(): in disk mode, the outcome of its last sync. */
-  private closed: { failure: Error | null } | null = null;
-  private readonly unsynced = new Set<number>();
-  /** The files of the fdatasync under way: one sealed meanwhile is closed after it, not before. */
-  private readonly syncing = new Set<number>();
-  private readonly closeAfterSync = new Set<number>();
-  private dirUnsynced = false;
+  /** JOURNAL_SYNC=disk: the fdatasyncs the 202s wait for (group-commit.ts); null in process mode. */
+  private readonly commits: GroupCommit | null;
 
   /** Creates the directory if needed and finds what earlier processes left. Throws JournalError. */
   constructor(opts: JournalOptions) {
     this.dir = opts.dir;
     this.slot = opts.slot;
     this.maxBytes = opts.maxBytes;
-    this.sync = opts.sync;
-    this.syncIntervalMs = opts.syncIntervalMs ?? 0;
+    this.commits = opts.sync === 'disk' ? new GroupCommit(opts.dir, opts.syncIntervalMs ?? 0) : null;
     this.onCorrupt = opts.onCorrupt;
     let names: string[];
     try {
@@ -297,7 +277,7 @@ export class Journal {
     this.writeFailure = null;
     segment.bytes += bytes;
     this.heldBytes += bytes;
-    if (this.sync === 'disk') this.unsynced.add(segment.fd!);
+    this.commits?.written(segment.fd!);
     return { segment, index: segment.records++ };
   }
 
@@ -346,7 +326,7 @@ export class Journal {
     const segment: Segment = { seq, slot: this.slot, path, fd, map, capacity: map === null ? SEGMENT_MAX_BYTES : capacity, bytes: 0, records: 0, done: 0, sealed: false, recovered: false, marks: [], marksFd: null, doneBefore: new Set() };
     this.segments.push(segment);
     this.active = segment;
-    this.dirUnsynced = true;
+    this.commits?.dirChanged();
     return segment;
   }
 
@@ -366,8 +346,7 @@ export class Journal {
     segment.sealed = true;
     if (this.active === segment) this.active = null;
     if (segment.fd !== null) {
-      // Closed under a waiting fdatasync, it failed (EBADF: every request of that commit answered 500).
-      if (this.sync === 'disk' && (this.unsynced.has(segment.fd) || this.syncing.has(segment.fd))) this.closeAfterSync.add(segment.fd);
+      if (this.commits !== null) this.commits.closeFile(segment.fd);
       else closeSync(segment.fd);
       segment.fd = null;
     }
@@ -443,7 +422,7 @@ export class Journal {
       try {
         renameSync(segment.path, spare);
         this.spares.push({ path: spare, map });
-        this.dirUnsynced = true;
+        this.commits?.dirChanged();
       } catch {
         unlinkIfThere(segment.path);
         if (map !== null) unmapSegment(map);
@@ -532,109 +511,12 @@ export class Journal {
   // ---- JOURNAL_SYNC=disk ----------------------------------------------------------------------
 
   /**
-   * Calls `done` once every record appended so far is on the disk (fdatasync'd, and the directory
-   * that names its file). In JOURNAL_SYNC=process mode at once. One fdatasync serves every request
-   * that came while the one before ran.
+   * Calls `done` once every record appended so far is on the disk (group-commit.ts); in
+   * JOURNAL_SYNC=process mode at once.
    */
-  afterCommit(done: (err: Error | null) => void): void {
-    if (this.sync === 'process') return done(null);
-    if (this.closed !== null) return done(new JournalError('the journal is closed: the worker is stopping'));
-    this.commitWaiters.push(done);
-    if (!this.committing && this.cancelCommit === null) this.scheduleCommit(false);
-  }
-
-  /** The next group commit: now (after one, on the next turn of the loop), or once the interval since the last has passed. */
-  private scheduleCommit(afterOne: boolean): void {
-    const wait = this.lastCommitAt + this.syncIntervalMs - performance.now();
-    if (wait <= 0 && !afterOne) return this.commitNow();
-    const run = () => {
-      this.cancelCommit = null;
-      this.commitNow();
-    };
-    if (wait > 0) {
-      const timer = setTimeout(run, wait);
-      this.cancelCommit = () => clearTimeout(timer);
-    } else {
-      const immediate = setImmediate(run);
-      this.cancelCommit = () => clearImmediate(immediate);
-    }
-  }
-
-  private commitNow(): void {
-    this.lastCommitAt = performance.now();
-    const waiters = this.commitWaiters;
-    this.commitWaiters = [];
-    const fds = [...this.unsynced];
-    this.unsynced.clear();
-    for (const fd of fds) this.syncing.add(fd);
-    const syncDir = this.dirUnsynced;
-    this.dirUnsynced = false;
-    this.committing = true;
-    let pending = fds.length + (syncDir ? 1 : 0);
-    let failure: Error | null = null;
-    const finish = () => {
-      this.committing = false;
-      this.syncing.clear();
-      // Closed meanwhile: close() synced and closed the files (their numbers may be another file's now).
-      if (this.closed !== null) return waiters.forEach((w) => w(this.closed!.failure));
-      for (const fd of fds) {
-        // Written again during this sync, it waits for the next commit, which closes it after its own.
-        if (this.unsynced.has(fd) || !this.closeAfterSync.delete(fd)) continue;
-        try {
-          closeSync(fd);
-        } catch {
-          /* closed on a failed write already */
-        }
-      }
-      for (const w of waiters) w(failure);
-      if (this.commitWaiters.length > 0) this.scheduleCommit(true);
-    };
-    const one = (err: Error | null) => {
-      if (err !== null && failure === null) failure = new JournalError(`cannot sync the journal to disk: ${err.message}`, { cause: err });
-      if (--pending === 0) finish();
-    };
-    if (pending === 0) return finish();
-    for (const fd of fds) fdatasync(fd, one);
-    if (syncDir) {
-      let dirFd: number;
-      try {
-        dirFd = openSync(this.dir, 'r');
-      } catch (err) {
-        return one(err as Error);
-      }
-      fsync(dirFd, (err) => {
-        closeSync(dirFd);
-        one(err);
-      });
-    }
-  }
-
-  /**
-   * close() in disk mode: every file with records not yet on the disk synced here, on the loop; the
-   * requests waiting for a commit answered. A commit under way when the files close ends with the
-   * outcome of this sync, not with the EBADF of its own.
-   */
-  private syncBeforeClose(): void {
-    const waiters = this.commitWaiters;
-    this.commitWaiters = [];
-    let failure: Error | null = null;
-    try {
-      for (const fd of new Set([...this.unsynced, ...this.syncing])) fdatasyncSync(fd);
-      if (this.dirUnsynced) {
-        const dirFd = openSync(this.dir, 'r');
-        try {
-          fdatasyncSync(dirFd);
-        } finally {
-          closeSync(dirFd);
-        }
-      }
-      this.unsynced.clear();
-      this.dirUnsynced = false;
-    } catch (err) {
-      failure = new JournalError(`cannot sync the journal to disk: ${(err as Error).message}`, { cause: err });
-    }
-    this.closed = { failure };
-    for (const w of waiters) w(failure);
+  afterCommit(done: CommitDone): void {
+    if (this.commits === null) done(null);
+    else this.commits.afterCommit(done);
   }
 
   // ---- what it holds --------------------------------------------------------------------------
@@ -674,11 +556,8 @@ export class Journal {
 
   /** Writes the marks, syncs (disk mode) and closes; what is in flight stays for the next start. */
   close(): void {
-    this.cancelCommit?.();
-    this.cancelCommit = null;
-    // Requests waiting for a commit (held back by the interval, or under way) are answered from here.
-    if (this.sync === 'disk') this.syncBeforeClose();
-    else this.closed = { failure: null };
+    // Disk mode: what waits for a commit is synced and answered before the files close.
+    this.commits?.close();
     this.flushMarks();
     for (const segment of this.segments) {
       closeMarks(segment);
@@ -686,8 +565,6 @@ export class Journal {
       closeSync(segment.fd);
       segment.fd = null;
     }
-    for (const fd of this.closeAfterSync) closeSync(fd);
-    this.closeAfterSync.clear();
     // What was copied into a mapping is in the page cache: unmapping loses nothing.
     for (const holder of [...this.segments, ...this.spares]) {
       if (holder.map !== null) unmapSegment(holder.map);
