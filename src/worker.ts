@@ -46,6 +46,7 @@ export async function runWorker(config: Config): Promise<void> {
       maxBytes: config.journalMaxBytes,
       sync: config.journalSync,
       syncIntervalMs: config.journalSyncIntervalMs,
+      onCommit: (seconds) => metrics.journalSync.observe(seconds),
       onCorrupt: (file, at, what) => log.error({ file, at }, `journal file: ${what}`),
     });
   } catch (err) {

@@ -35,6 +35,7 @@ export class GroupCommit {
   constructor(
     private readonly dir: string,
     private readonly intervalMs: number,
+    private readonly onCommit: (seconds: number) => void = () => {},
   ) {}
 
   /** A record was written into this file: the next commit syncs it. */
@@ -92,6 +93,7 @@ export class GroupCommit {
     const finish = () => {
       this.committing = false;
       this.syncing.clear();
+      if (fds.length > 0 || syncDir) this.onCommit((performance.now() - this.lastCommitAt) / 1000);
       // Closed meanwhile: close() synced and closed the files (their numbers may be another file's now).
       if (this.closed !== null) return waiters.forEach((w) => w(this.closed!.failure));
       for (const fd of fds) {

@@ -69,6 +69,8 @@ export interface JournalOptions {
   sync: JournalSync;
   /** JOURNAL_SYNC=disk: the least time between the starts of two group commits (0: one as soon as the last ends). */
   syncIntervalMs?: number;
+  /** JOURNAL_SYNC=disk: called with each group commit's duration in seconds (its fdatasyncs, start to end). */
+  onCommit?: (seconds: number) => void;
   /** A record whose CRC does not match, or a file that ends in a torn record: counted and skipped. */
   onCorrupt?: (file: string, at: number, what: string) => void;
   /** Map segments where the file system allows (the default), or always write them with pwritev. */
@@ -153,7 +155,7 @@ export class Journal {
     this.dir = opts.dir;
     this.slot = opts.slot;
     this.maxBytes = opts.maxBytes;
-    this.commits = opts.sync === 'disk' ? new GroupCommit(opts.dir, opts.syncIntervalMs ?? 0) : null;
+    this.commits = opts.sync === 'disk' ? new GroupCommit(opts.dir, opts.syncIntervalMs ?? 0, opts.onCommit) : null;
     this.onCorrupt = opts.onCorrupt;
     let names: string[];
     try {
