@@ -38,6 +38,12 @@ function openFiles(): string[] {
   });
 }
 
+/** Every threadpool thread busy for a while (pbkdf2), so that an fdatasync waits behind them; resolves when they are free. */
+function holdThreadpool(): Promise<unknown> {
+  const threads = Number(process.env.UV_THREADPOOL_SIZE ?? 4);
+  return Promise.all(Array.from({ length: threads }, () => new Promise((r) => pbkdf2('x', 'y', 300_000, 32, 'sha256', r))));
+}
+
 describe('Journal', () => {
   it('writes each record before it returns, whole and readable: the bytes on disk are the record', () => {
     const d = dir();
@@ -284,22 +290,19 @@ describe('Journal', () => {
   it('syncs a segment that Kafka finished while its fdatasync still waited (JOURNAL_SYNC=disk): the requests of that commit are not refused', async () => {
     const d = dir();
     const { journal } = open(d, { sync: 'disk' });
-    // Every threadpool thread busy for a while: the fdatasync waits behind them.
-    const threads = Number(process.env.UV_THREADPOOL_SIZE ?? 4);
-    const busy = Array.from({ length: threads }, () => new Promise((r) => pbkdf2('x', 'y', 300_000, 32, 'sha256', r)));
+    const busy = holdThreadpool(); // the fdatasyncs wait behind it
     const big = batch('big', 10_000); // about 1.2 MB: past the size at which a segment all done is rolled over
     const r = journal.append(big, 1);
     const committed = new Promise<Error | null>((resolve) => journal.afterCommit(resolve));
     journal.acknowledged(r.id, big.count); // all done: the segment is sealed now, its fdatasync not yet run
     expect(await committed).toBeNull();
-    await Promise.all(busy);
+    await busy;
   });
 
   it('syncs a record appended while its segment\'s fdatasync waited, when Kafka finishes the segment before the next commit (JOURNAL_SYNC=disk)', async () => {
     const d = dir();
     const { journal } = open(d, { sync: 'disk' });
-    const threads = Number(process.env.UV_THREADPOOL_SIZE ?? 4);
-    const busy = Array.from({ length: threads }, () => new Promise((r) => pbkdf2('x', 'y', 300_000, 32, 'sha256', r)));
+    const busy = holdThreadpool(); // the fdatasyncs wait behind it
     const big = batch('big', 10_000);
     const first = journal.append(big, 1);
     // What the process has open the moment the first commit ends, before the second starts.
@@ -320,7 +323,7 @@ describe('Journal', () => {
     // request whose points were taken) or sync whatever file took the number, leaving this one unsynced.
     expect(openThen.filter((f) => f.startsWith(d))).toHaveLength(1);
     expect(await secondCommit).toBeNull();
-    await Promise.all(busy);
+    await busy;
   });
 
   it('makes one fdatasync for the requests of a sync interval: the first at once, the next no sooner than the interval after it (JOURNAL_SYNC=disk)', async () => {
@@ -371,13 +374,12 @@ describe('Journal', () => {
   it('on close, answers a commit still under way with the outcome of its own sync, not the EBADF of files it closed (JOURNAL_SYNC=disk)', async () => {
     const d = dir();
     const { journal } = open(d, { sync: 'disk' });
-    const threads = Number(process.env.UV_THREADPOOL_SIZE ?? 4);
-    const busy = Array.from({ length: threads }, () => new Promise((r) => pbkdf2('x', 'y', 300_000, 32, 'sha256', r)));
+    const busy = holdThreadpool(); // the fdatasyncs wait behind it
     journal.append(batch('a', 1), 1);
     const underWay = new Promise<Error | null>((resolve) => journal.afterCommit(resolve)); // its fdatasync waits for the threadpool
     journal.close();
     expect(await underWay).toBeNull();
-    await Promise.all(busy);
+    await busy;
   });
 
   it('refuses a directory it cannot create, naming JOURNAL_DIR', () => {
