@@ -17,14 +17,22 @@
 //   4. HTTP alone: uWebSockets.js answering 202 to every 1-point POST without looking at it
 //      (bench/lib/bare-http.ts, its own process), under autocannon for FLOOR_HTTP_SECONDS (5 s), with
 //      the suite's 32 connections: CPU per request of that process (user and kernel time, /proc).
+//   5. the tail this machine gives such a server at the design load of 1-point requests (the suite's
+//      10000×1 row: 10,000 requests/s paced over 50 connections, bench/lib/design-load.ts), as many
+//      processes as the service has workers, for FLOOR_TAIL_SECONDS (20 s) after 5 s of warm-up:
+//      busy FLOOR_TAIL_WORK_US (0, 20 and 40) µs of CPU per request before the answer, a
+//      stand-in for a service's own work. The design row's p99 reads against the row of its CPU per
+//      request: on a machine whose cores also run the load generator and the broker, the tail is the
+//      machine's share as much as the service's.
 // Each producer run is repeated twice, alternating, after one warm-up run that is shown and not counted:
 // the first million messages into the fresh topic were the dearest of a run (a broker that has not yet
 // taken this topic's load, and the producer's first touch of its memory).
 //
 // On the malloc the service's workers get (WORKER_MALLOC, src/allocator.ts): with jemalloc installed,
 // this process starts itself again with it preloaded, as the supervisor starts a worker.
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { isUtf8 } from 'node:buffer';
+import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import Kafka from 'node-rdkafka';
@@ -39,11 +47,15 @@ import { encodeValidBody } from '../src/track-point/single-pass.js';
 import { BROKERS, createTopic, deleteTopic, uniqueTopic } from '../support/kafka.js';
 import { freePort } from '../support/ports.js';
 import { cpuSeconds, threadCpuSeconds } from './lib/procfs.js';
+import { DESIGN_LOAD } from './lib/design-load.js';
+import { pacedLoad, type PacedResult } from './lib/paced-load.js';
 import { benchPoints } from './lib/points.js';
 
 const REQUESTS = Number(process.env.FLOOR_REQUESTS ?? 20_000);
 const MESSAGES = Number(process.env.FLOOR_MESSAGES ?? 1_000_000);
 const HTTP_SECONDS = Number(process.env.FLOOR_HTTP_SECONDS ?? 5);
+const TAIL_SECONDS = Number(process.env.FLOOR_TAIL_SECONDS ?? 20);
+const TAIL_WORK_US = (process.env.FLOOR_TAIL_WORK_US ?? '0,20,40').split(',').map(Number);
 const POINTS = 100;
 const CHUNK = 20_000; // produced per timer tick, so that librdkafka's callbacks are served in between
 
@@ -177,12 +189,20 @@ async function produce(topic: string, handover: Handover, reports: Reports, stat
   return { js: js / MESSAGES, librdkafka: librdkafka / MESSAGES, total: (js + librdkafka) / MESSAGES, reports: reports === 'counted per tag' ? acknowledged : reported };
 }
 
+const BARE_HTTP = fileURLToPath(new URL('./lib/bare-http.js', import.meta.url));
+
+/** Bare uWebSockets.js processes on one port (SO_REUSEPORT, as the service's workers), once each says it listens. */
+async function startBareHttp(port: number, processes: number, workUs: number): Promise<ChildProcessByStdio<null, Readable, null>[]> {
+  const servers = Array.from({ length: processes }, () => spawn(process.execPath, [BARE_HTTP, String(port), String(workUs)], { stdio: ['ignore', 'pipe', 'inherit'] }));
+  await Promise.all(servers.map((server) => new Promise<void>((resolve) => server.stdout.once('data', () => resolve()))));
+  return servers;
+}
+
 /** CPU per request of a bare uWebSockets.js process answering 202, under closed-loop load. */
 async function httpFloor(): Promise<{ perRequest: number; requestsPerSecond: number }> {
   const port = await freePort();
-  const server = spawn(process.execPath, [fileURLToPath(new URL('./lib/bare-http.js', import.meta.url)), String(port)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const server = (await startBareHttp(port, 1, 0))[0]!;
   try {
-    await new Promise<void>((resolve) => server.stdout.once('data', () => resolve()));
     const point = JSON.stringify([{ container_id: 'floor-c1', lat: 51.9, lon: 4.4, timestamp: '2024-05-01T12:00:00.123Z', speed: 3 }]);
     const opts = { url: `http://127.0.0.1:${port}/track`, method: 'POST' as const, body: point, headers: { 'content-type': 'application/json' }, connections: 32, pipelining: 1 };
     await autocannon({ ...opts, duration: 1 }); // warm-up
@@ -192,6 +212,23 @@ async function httpFloor(): Promise<{ perRequest: number; requestsPerSecond: num
     return { perRequest: (used * 1e6) / r['2xx'], requestsPerSecond: r['2xx'] / HTTP_SECONDS };
   } finally {
     server.kill();
+  }
+}
+
+/** The design load of 1-point requests against bare servers busy `workUs` a request: their latency and CPU per request. */
+async function designTail(workUs: number, processes: number): Promise<{ load: PacedResult; perRequest: number }> {
+  const port = await freePort();
+  const servers = await startBareHttp(port, processes, workUs);
+  try {
+    const { points, connections, rate } = DESIGN_LOAD['10000×1'];
+    const opts = { url: `http://127.0.0.1:${port}`, path: '/track', body: JSON.stringify(benchPoints(points, 'floor')), connections, rate };
+    await pacedLoad({ ...opts, seconds: 5 }); // warm-up
+    const pids = servers.map((server) => server.pid!);
+    const cpu0 = cpuSeconds(pids);
+    const load = await pacedLoad({ ...opts, seconds: TAIL_SECONDS });
+    return { load, perRequest: ((cpuSeconds(pids) - cpu0) * 1e6) / load.requests };
+  } finally {
+    for (const server of servers) server.kill();
   }
 }
 
@@ -264,6 +301,14 @@ async function measure(): Promise<void> {
     console.log(`\nHTTP alone (uWebSockets.js answering 202, 1-point bodies, 32 connections, ${HTTP_SECONDS} s): ${f(http.perRequest)} µs of CPU per request at ${Math.round(http.requestsPerSecond)} requests/s`);
     console.log(`\nfloor per point at ${POINTS} points per request: single pass ${f(single)} + producer ${f(low)} + HTTP ${f(http.perRequest / POINTS)} = ${f(single + low + http.perRequest / POINTS)} µs of CPU`);
     console.log(`floor per request at 1 point per request: HTTP ${f(http.perRequest)} + producer ${f(lowSingle)} = ${f(http.perRequest + lowSingle)} µs of CPU (stages not included)`);
+    const workers = loadConfig(process.env).workers;
+    const { connections, rate } = DESIGN_LOAD['10000×1'];
+    console.log(`\nthe tail at the design load of 1-point requests (${rate} requests/s paced over ${connections} connections, ${TAIL_SECONDS} s) of ${workers} bare uWebSockets.js processes, busy a while per request as a service's own work:`);
+    for (const workUs of TAIL_WORK_US) {
+      const { load, perRequest } = await designTail(workUs, workers);
+      const l = load.latencyMs;
+      console.log(`  busy ${String(workUs).padStart(3)} µs: ${f(perRequest)} µs of CPU per request, p50 ${f(l.p50)} p99 ${f(l.p99)} p99.9 ${f(l.p999)} max ${f(l.max)} ms, ${load.queued} requests waited for a connection, ${load.non2xx + load.errors} not answered 2xx`);
+    }
   } finally {
     await deleteTopic(topic);
   }

@@ -14,7 +14,9 @@ import { addApiKey, startGateway, type Gateway } from '../support/gateway.js';
 import { freePort } from '../support/ports.js';
 import { waitForDelivery } from './lib/delivery.js';
 import { cpuModel, cpuSeconds, peakRssBytes, processTree } from './lib/procfs.js';
+import { DESIGN_LOAD } from './lib/design-load.js';
 import { pacedLoad } from './lib/paced-load.js';
+import { histogramQuantile, seriesValue } from './lib/prom-text.js';
 import { vegetaAttack, vegetaPath } from './lib/vegeta.js';
 import { markdown, svgChart, type ScenarioResult } from './lib/report.js';
 import { startTarget, type Impl } from './lib/targets.js';
@@ -57,6 +59,8 @@ interface LoadResult {
   non2xx: number;
   errors: number;
   latencyMs: ScenarioResult['latencyMs'];
+  /** The paced generator: requests that waited for a free connection (the service was behind). */
+  queued?: number;
 }
 
 function body(points: number): string {
@@ -103,12 +107,6 @@ async function load(url: string, payload: string, shape: Shape, seconds: number,
     errors: r.errors + r.timeouts,
     latencyMs: { p50: r.latency.p50, p90: r.latency.p90, p99: r.latency.p99, p999: l.p99_9 ?? NaN, max: r.latency.max },
   };
-}
-
-/** A gauge series' value in Prometheus text, or null. */
-function gaugeValue(text: string, series: string): number | null {
-  const line = text.split('\n').find((l) => l.startsWith(series + ' '));
-  return line === undefined ? null : Number(line.slice(series.length + 1));
 }
 
 /** Reads the whole topic and counts the messages whose key carries this run's id. */
@@ -163,6 +161,7 @@ async function runScenario(impl: Impl, workers: number, shape: Shape, via: 'dire
     const cpu0 = cpuSeconds(pids);
     const nginx0 = cpuSeconds(nginxPids);
     const redis0 = cpuSeconds(redisPids);
+    const metricsBefore = impl === 'ours' ? await (await fetch(`${target.url}/metrics`)).text() : '';
     const gen0 = process.cpuUsage();
     const t0 = performance.now();
     const progress = setInterval(() => {
@@ -187,8 +186,9 @@ async function runScenario(impl: Impl, workers: number, shape: Shape, via: 'dire
     const code = await target.stop();
     const delivered = await countDelivered(topic, accepted);
     // librdkafka's statistics windows at the end of the measured window (see ingest_delivery_latency_estimate_seconds).
-    const p50 = gaugeValue(metricsAfter, 'ingest_delivery_latency_estimate_seconds{quantile="0.5"}');
-    const p99 = gaugeValue(metricsAfter, 'ingest_delivery_latency_estimate_seconds{quantile="0.99"}');
+    const p50 = seriesValue(metricsAfter, 'ingest_delivery_latency_estimate_seconds{quantile="0.5"}');
+    const p99 = seriesValue(metricsAfter, 'ingest_delivery_latency_estimate_seconds{quantile="0.99"}');
+    const serviceP99 = impl === 'ours' ? histogramQuantile(metricsBefore, metricsAfter, 'ingest_http_request_duration_seconds', 0.99) : null;
     const result: ScenarioResult = {
       name: shape.name,
       kind: shape.kind,
@@ -216,6 +216,8 @@ async function runScenario(impl: Impl, workers: number, shape: Shape, via: 'dire
       accepted,
       delivered,
       deliveryLatencyMs: p50 === null || p99 === null ? null : { p50: p50 * 1000, p99: p99 * 1000 },
+      serviceP99Ms: serviceP99 === null ? null : serviceP99 * 1000,
+      waitedForConnection: r.queued ?? null,
     };
     process.stderr.write(
       `\r  ${label}: ${Math.round(result.pointsPerSecond)} points/s, p99 ${result.latencyMs.p99} ms, ${result.cpuMicrosPerPoint.toFixed(2)} µs CPU/point, delivered ${delivered}/${accepted}, exit ${code}\n`,
@@ -248,8 +250,7 @@ async function main() {
 
   const shapes: Shape[] = [];
   if (ONLY !== 'saturation') {
-    shapes.push({ name: 'design 100×100', kind: 'design', points: 100, connections: 10, rate: 100, seconds: DESIGN_SECONDS, generator: 'paced' });
-    shapes.push({ name: 'design 10000×1', kind: 'design', points: 1, connections: 50, rate: 10_000, seconds: DESIGN_SECONDS, generator: 'paced' });
+    for (const [name, shape] of Object.entries(DESIGN_LOAD)) shapes.push({ name: `design ${name}`, kind: 'design', ...shape, seconds: DESIGN_SECONDS, generator: 'paced' });
   }
   if (ONLY !== 'design') {
     for (const b of BATCHES) shapes.push({ name: `batch ${b}`, kind: 'saturation', points: b, connections: b >= 1000 ? 8 : 32, rate: null, seconds: SAT_SECONDS, generator: 'autocannon' });

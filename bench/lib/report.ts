@@ -31,6 +31,18 @@ export interface ScenarioResult {
   accepted: number;
   delivered: number | null;
   deliveryLatencyMs: { p50: number; p99: number } | null;
+  /**
+   * Ours: p99 of the service's own time per POST /track in the window (its request-duration histogram,
+   * interpolated within a bucket): from the request line to the answer, without the time a request
+   * spent in the kernel or in the load generator before the service read it.
+   */
+  serviceP99Ms?: number | null;
+  /**
+   * The paced generator: requests that found all its connections busy and waited for one, their
+   * wait counted in the latency (no coordinated omission). Many of them: the client's pool, not the
+   * service's answer, set the tail.
+   */
+  waitedForConnection?: number | null;
 }
 
 /**
@@ -46,15 +58,15 @@ export function markdown(meta: Record<string, string>, results: ScenarioResult[]
   for (const [k, v] of Object.entries(meta)) lines.push(`- ${k}: ${v}`);
   lines.push('');
   lines.push('## Design load (fixed rate, 10,000 points/s)', '');
-  lines.push('| scenario | impl | workers | via | load generator | req/s | points/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | non-2xx | errors | delivered / accepted | lost | delivery p50 / p99 ms | CPU µs/point | gateway CPU µs/request (nginx + Redis) |');
-  lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+  lines.push('| scenario | impl | workers | via | load generator | req/s | points/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | service p99 ms | waited for a connection | non-2xx | errors | delivered / accepted | lost | delivery p50 / p99 ms | CPU µs/point | gateway CPU µs/request (nginx + Redis) |');
+  lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const r of results.filter((x) => x.kind === 'design')) {
     const l = r.latencyMs;
     const d = r.deliveryLatencyMs === null ? 'n/a' : `${f(r.deliveryLatencyMs.p50, 1)} / ${f(r.deliveryLatencyMs.p99, 1)}`;
     const ms = (v: number) => f(v, r.loadGenerator === 'autocannon' || r.loadGenerator === 'autocannon -R' ? 0 : 1);
     const g = r.gatewayCpuMicrosPerRequest;
     const gateway = g == null ? 'n/a' : `${f(g.nginx + g.redis, 1)} (${f(g.nginx, 1)} + ${f(g.redis, 1)})`;
-    lines.push(`| ${r.name} | ${r.impl} | ${r.workers} | ${r.via ?? 'direct'} | ${r.loadGenerator} | ${f(r.requestsPerSecond)} | ${f(r.pointsPerSecond)} | ${ms(l.p50)} | ${ms(l.p90)} | ${ms(l.p99)} | ${ms(l.p999)} | ${ms(l.max)} | ${r.non2xx} | ${r.errors} | ${r.delivered === null ? 'n/a' : f(r.delivered)} / ${f(r.accepted)} | ${lost(r)} | ${d} | ${f(r.cpuMicrosPerPoint, 2)} | ${gateway} |`);
+    lines.push(`| ${r.name} | ${r.impl} | ${r.workers} | ${r.via ?? 'direct'} | ${r.loadGenerator} | ${f(r.requestsPerSecond)} | ${f(r.pointsPerSecond)} | ${ms(l.p50)} | ${ms(l.p90)} | ${ms(l.p99)} | ${ms(l.p999)} | ${ms(l.max)} | ${r.serviceP99Ms == null ? 'n/a' : f(r.serviceP99Ms, 1)} | ${r.waitedForConnection == null ? 'n/a' : f(r.waitedForConnection)} | ${r.non2xx} | ${r.errors} | ${r.delivered === null ? 'n/a' : f(r.delivered)} / ${f(r.accepted)} | ${lost(r)} | ${d} | ${f(r.cpuMicrosPerPoint, 2)} | ${gateway} |`);
   }
   lines.push('');
   const gatewayRows = gatewayLines(results);
