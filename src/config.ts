@@ -27,11 +27,14 @@ export const DEFAULTS = {
   JOURNAL_SYNC_INTERVAL_MS: '2',
   LOG_LEVEL: 'info',
   WORKER_MALLOC: 'auto',
+  WORKER_GC: 'single-threaded',
 } as const;
 
 
 export type AckMode = 'async' | 'delivered';
 export type JournalSync = 'process' | 'disk';
+/** How V8 collects a worker's garbage: on its own thread alone, or with helper threads (V8's default). */
+export type WorkerGc = 'single-threaded' | 'parallel';
 
 /**
  * Variables of earlier versions that no longer do anything: set, they stop the start with what
@@ -82,6 +85,8 @@ export interface Config {
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   /** The malloc the workers are forked with (allocator.ts says why jemalloc). */
   workerMalloc: WorkerMalloc;
+  /** How V8 collects the workers' garbage (gc.ts says why single-threaded by default). */
+  workerGc: WorkerGc;
   /** librdkafka properties given through MQ_OPT_*, already translated to their dotted names. */
   producerOptions: Readonly<Record<string, string>>;
 }
@@ -152,6 +157,7 @@ const EnvSchema = z.object({
   JOURNAL_SYNC_INTERVAL_MS: wholeNumber(0, 1_000),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
   WORKER_MALLOC: z.enum(['auto', 'jemalloc', 'system']),
+  WORKER_GC: z.enum(['single-threaded', 'parallel']),
 });
 
 /** Reads the configuration from an environment (process.env by default). Throws ConfigError. */
@@ -195,6 +201,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     journalSyncIntervalMs: e.JOURNAL_SYNC_INTERVAL_MS,
     logLevel: e.LOG_LEVEL,
     workerMalloc: resolveWorkerMalloc(e.WORKER_MALLOC, env),
+    workerGc: e.WORKER_GC,
     producerOptions: Object.freeze(producerOptionsFrom(env)),
   };
   if (config.queueMaxPoints < config.maxPoints) {

@@ -13,6 +13,7 @@
 //                              └─ SHUTDOWN_TIMEOUT_MS + 5 s and still running ──▶ SIGKILL, exit 1
 import cluster, { type Worker } from 'node:cluster';
 import { workerMallocEnv } from './allocator.js';
+import { workerExecArgv } from './gc.js';
 import { isWorkerMessage, sendToWorker, STANDBY_SLOT, WORKER_SLOT_ENV } from './cluster-protocol.js';
 import type { Config } from './config.js';
 import { EXIT, STARTUP_FAILURES } from './exit-codes.js';
@@ -54,6 +55,7 @@ export function runPrimary(config: Config): void {
   let announced = false;
   // Read by each worker's process at exec: LD_PRELOAD of jemalloc (allocator.ts), or nothing.
   const mallocEnv = workerMallocEnv(config.workerMalloc, process.env);
+  cluster.setupPrimary({ execArgv: workerExecArgv(config.workerGc, process.execArgv) });
 
   const forkStandby = (): void => {
     if (!config.standbyWorker || stopping || standby !== null) return;

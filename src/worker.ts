@@ -11,6 +11,7 @@
 import cluster from 'node:cluster';
 import { hostname } from 'node:os';
 import { runsOnJemalloc } from './allocator.js';
+import { runsSingleThreadedGc } from './gc.js';
 import { isPrimaryMessage, sendToPrimary, workerSlot } from './cluster-protocol.js';
 import type { Config } from './config.js';
 import { EXIT } from './exit-codes.js';
@@ -54,7 +55,7 @@ export async function runWorker(config: Config): Promise<void> {
     process.stderr.write(`configuration error: JOURNAL_DIR: ${err instanceof JournalError ? err.message : String(err)}\n`);
     process.exit(EXIT.CONFIG);
   }
-  log.info({ slot, ackMode: config.ackMode, journalSync: config.journalSync, journalWrites: journal.mappedOn === null ? 'pwritev' : `mapped (${journal.mappedOn})`, malloc: runsOnJemalloc() ? 'jemalloc' : 'system' }, 'worker started');
+  log.info({ slot, ackMode: config.ackMode, journalSync: config.journalSync, journalWrites: journal.mappedOn === null ? 'pwritev' : `mapped (${journal.mappedOn})`, malloc: runsOnJemalloc() ? 'jemalloc' : 'system', gc: runsSingleThreadedGc() ? 'single-threaded' : 'parallel' }, 'worker started');
   if (journal.recovering) log.warn({ dir: config.journalDir, slot, bytes: journal.bytes }, 'the journal holds points an earlier process did not see acknowledged; producing them again once Kafka takes points');
 
   let producer: TrackProducer;

@@ -102,4 +102,19 @@ describe('start-up', () => {
       }
     }
   });
+
+  it('collects each worker\'s garbage on its main thread by default (WORKER_GC=single-threaded), with V8\'s helper threads with WORKER_GC=parallel', async () => {
+    for (const [env, expected] of [[{}, 'single-threaded'], [{ WORKER_GC: 'parallel' }, 'parallel']] as const) {
+      const svc = await startService(env);
+      try {
+        // Each worker says how it was started (the flags the supervisor forked it with).
+        const started = svc.output.join('\n').split('\n').filter((line) => line.includes('"worker started"'));
+        expect(started.length, 'workers that logged their start').toBeGreaterThan(0);
+        for (const line of started) expect(line).toContain(`"gc":"${expected}"`);
+        expect((await postTrack(svc.url, [point('MSCU-GC')])).status).toBe(202);
+      } finally {
+        expect(await svc.stop()).toBe(0);
+      }
+    }
+  });
 });
