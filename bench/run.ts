@@ -158,10 +158,11 @@ async function runScenario(impl: Impl, workers: number, shape: Shape, via: 'dire
     const pids = processTree(target.proc.pid!);
     const nginxPids = gateway === null ? [] : processTree(gateway.nginxPid());
     const redisPids = gateway === null ? [] : [gateway.redisPid()!];
+    // Scraped before the CPU is read, as metricsAfter is after: the window's CPU leaves both scrapes out.
+    const metricsBefore = impl === 'ours' ? await (await fetch(`${target.url}/metrics`)).text() : '';
     const cpu0 = cpuSeconds(pids);
     const nginx0 = cpuSeconds(nginxPids);
     const redis0 = cpuSeconds(redisPids);
-    const metricsBefore = impl === 'ours' ? await (await fetch(`${target.url}/metrics`)).text() : '';
     const gen0 = process.cpuUsage();
     const t0 = performance.now();
     const progress = setInterval(() => {

@@ -79,7 +79,8 @@ export class GroupCommit {
   }
 
   private commitNow(): void {
-    this.lastCommitAt = performance.now();
+    const started = performance.now();
+    this.lastCommitAt = started;
     const waiters = this.waiters;
     this.waiters = [];
     const fds = [...this.unsynced];
@@ -93,7 +94,7 @@ export class GroupCommit {
     const finish = () => {
       this.committing = false;
       this.syncing.clear();
-      if (fds.length > 0 || syncDir) this.onCommit((performance.now() - this.lastCommitAt) / 1000);
+      if (fds.length > 0 || syncDir) this.onCommit((performance.now() - started) / 1000);
       // Closed meanwhile: close() synced and closed the files (their numbers may be another file's now).
       if (this.closed !== null) return waiters.forEach((w) => w(this.closed!.failure));
       for (const fd of fds) {
