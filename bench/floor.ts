@@ -23,7 +23,11 @@
 //      busy FLOOR_TAIL_WORK_US (0, 20 and 40) µs of CPU per request before the answer, a
 //      stand-in for a service's own work. The design row's p99 reads against the row of its CPU per
 //      request: on a machine whose cores also run the load generator and the broker, the tail is the
-//      machine's share as much as the service's.
+//      machine's share as much as the service's. Then the same servers with JOURNAL_SYNC=disk's wait:
+//      each request also writes a 144-byte record (a 1-point journal record) into a file of a
+//      temporary directory, and is answered once the service's own group commit
+//      (src/journal/group-commit.ts, JOURNAL_SYNC_INTERVAL_MS) has synced it: the floor of a disk-mode
+//      design row, set by this disk's fdatasync and the connections the answers hold meanwhile.
 // Each producer run is repeated twice, alternating, after one warm-up run that is shown and not counted:
 // the first million messages into the fresh topic were the dearest of a run (a broker that has not yet
 // taken this topic's load, and the producer's first touch of its memory).
@@ -32,6 +36,9 @@
 // this process starts itself again with it preloaded, as the supervisor starts a worker.
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { isUtf8 } from 'node:buffer';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
@@ -192,8 +199,9 @@ async function produce(topic: string, handover: Handover, reports: Reports, stat
 const BARE_HTTP = fileURLToPath(new URL('./lib/bare-http.js', import.meta.url));
 
 /** Bare uWebSockets.js processes on one port (SO_REUSEPORT, as the service's workers), once each says it listens. */
-async function startBareHttp(port: number, processes: number, workUs: number): Promise<ChildProcessByStdio<null, Readable, null>[]> {
-  const servers = Array.from({ length: processes }, () => spawn(process.execPath, [BARE_HTTP, String(port), String(workUs)], { stdio: ['ignore', 'pipe', 'inherit'] }));
+async function startBareHttp(port: number, processes: number, workUs: number, commitDir?: string): Promise<ChildProcessByStdio<null, Readable, null>[]> {
+  const args = [BARE_HTTP, String(port), String(workUs), ...(commitDir === undefined ? [] : [commitDir])];
+  const servers = Array.from({ length: processes }, () => spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] }));
   await Promise.all(servers.map((server) => new Promise<void>((resolve) => server.stdout.once('data', () => resolve()))));
   return servers;
 }
@@ -215,10 +223,14 @@ async function httpFloor(): Promise<{ perRequest: number; requestsPerSecond: num
   }
 }
 
-/** The design load of 1-point requests against bare servers busy `workUs` a request: their latency and CPU per request. */
-async function designTail(workUs: number, processes: number): Promise<{ load: PacedResult; perRequest: number }> {
+/**
+ * The design load of 1-point requests against bare servers busy `workUs` a request (with `commit`,
+ * each answer also waits for an fdatasync of its record): their latency and CPU per request.
+ */
+async function designTail(workUs: number, processes: number, commit: boolean): Promise<{ load: PacedResult; perRequest: number }> {
   const port = await freePort();
-  const servers = await startBareHttp(port, processes, workUs);
+  const commitDir = commit ? mkdtempSync(join(tmpdir(), 'floor-commit-')) : undefined;
+  const servers = await startBareHttp(port, processes, workUs, commitDir);
   try {
     const { points, connections, rate } = DESIGN_LOAD['10000×1'];
     const opts = { url: `http://127.0.0.1:${port}`, path: '/track', body: JSON.stringify(benchPoints(points, 'floor')), connections, rate };
@@ -229,6 +241,7 @@ async function designTail(workUs: number, processes: number): Promise<{ load: Pa
     return { load, perRequest: ((cpuSeconds(pids) - cpu0) * 1e6) / load.requests };
   } finally {
     for (const server of servers) server.kill();
+    if (commitDir !== undefined) rmSync(commitDir, { recursive: true, force: true });
   }
 }
 
@@ -304,10 +317,14 @@ async function measure(): Promise<void> {
     const workers = loadConfig(process.env).workers;
     const { connections, rate } = DESIGN_LOAD['10000×1'];
     console.log(`\nthe tail at the design load of 1-point requests (${rate} requests/s paced over ${connections} connections, ${TAIL_SECONDS} s) of ${workers} bare uWebSockets.js processes, busy a while per request as a service's own work:`);
-    for (const workUs of TAIL_WORK_US) {
-      const { load, perRequest } = await designTail(workUs, workers);
-      const l = load.latencyMs;
-      console.log(`  busy ${String(workUs).padStart(3)} µs: ${f(perRequest)} µs of CPU per request, p50 ${f(l.p50)} p99 ${f(l.p99)} p99.9 ${f(l.p999)} max ${f(l.max)} ms, ${load.queued} requests waited for a connection, ${load.non2xx + load.errors} not answered 2xx`);
+    const interval = loadConfig(process.env).journalSyncIntervalMs;
+    for (const commit of [false, true]) {
+      if (commit) console.log(`the same, each answer after an fdatasync of its record (the service's group commit, at most one every ${interval} ms): the floor of JOURNAL_SYNC=disk`);
+      for (const workUs of TAIL_WORK_US) {
+        const { load, perRequest } = await designTail(workUs, workers, commit);
+        const l = load.latencyMs;
+        console.log(`  busy ${String(workUs).padStart(3)} µs: ${f(perRequest)} µs of CPU per request, p50 ${f(l.p50)} p99 ${f(l.p99)} p99.9 ${f(l.p999)} max ${f(l.max)} ms, ${load.queued} requests waited for a connection, ${load.non2xx + load.errors} not answered 2xx`);
+      }
     }
   } finally {
     await deleteTopic(topic);
