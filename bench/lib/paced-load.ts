@@ -12,6 +12,13 @@
 // service is behind), from the moment the request was due instead, so that waiting for a connection
 // counts (no coordinated omission). Runs in a worker thread so that the runner's own work does not
 // delay it; its CPU time shows in the runner's process.cpuUsage().
+//
+// The next request goes to the connection idle the longest, so every connection sends at the same
+// pace, as the devices of a fleet do. The most recently freed one instead (a stack) left the bottom
+// of a pool larger than the requests in flight idle until the service closed it (10 s idle,
+// HTTP_IDLE_TIMEOUT_S in src/http/server.ts): with 200 connections at 10,000 requests/s, 71 and 91
+// closes in 20 s, and a request written just as its connection closed went unanswered, counted as
+// the service's error (bench/HISTORY.md, 2026-11-26).
 import { createHistogram } from 'node:perf_hooks';
 import { connect, type Socket } from 'node:net';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
@@ -80,7 +87,8 @@ function responseEnd(text: string): number {
   }
 }
 
-async function generate(opts: PacedOptions): Promise<PacedResult> {
+/** The generator on the calling thread: pacedLoad runs it in a worker thread, a test on its own. */
+export async function generate(opts: PacedOptions): Promise<PacedResult> {
   const { hostname, port } = new URL(opts.url);
   const extraHeaders = Object.entries(opts.headers ?? {}).map(([name, value]) => `${name}: ${value}\r\n`).join('');
   const requests = (opts.bodies ?? [opts.body]).map((text) => {
@@ -93,7 +101,7 @@ async function generate(opts: PacedOptions): Promise<PacedResult> {
   const histogram = createHistogram({ lowest: 1, highest: HIGHEST_US, figures: 3 }); // µs
   const result = { requests: 0, ok2xx: 0, non2xx: 0, errors: 0, queued: 0 };
   const all = new Set<Conn>();
-  const idle: Conn[] = [];
+  const idle: Conn[] = []; // oldest first
   const backlog: number[] = []; // due times of requests waiting for a connection
   let stopping = false;
   let inFlight = 0;
@@ -160,7 +168,7 @@ async function generate(opts: PacedOptions): Promise<PacedResult> {
       const now = performance.now();
       const due = Math.min(total, Math.floor(((now - start) / 1000) * opts.rate));
       for (; scheduled < due; scheduled++) {
-        const conn = idle.pop();
+        const conn = idle.shift();
         if (conn !== undefined) send(conn, now);
         else {
           result.queued++;
