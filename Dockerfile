@@ -14,6 +14,7 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 COPY scripts/image-build.sh scripts/patch-node-rdkafka.sh ./scripts/
 COPY patches ./patches
+COPY native ./native
 RUN scripts/image-build.sh deps
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
@@ -33,6 +34,7 @@ RUN mkdir -p /var/lib/track-ingest/journal && chown -R node:node /var/lib/track-
 VOLUME /var/lib/track-ingest/journal
 WORKDIR /app
 COPY --from=build --chown=node:node /app/node_modules ./node_modules
+COPY --from=build --chown=node:node /app/native ./native
 COPY --from=build --chown=node:node /app/dist ./dist
 COPY --from=build --chown=node:node /app/package.json ./package.json
 USER node

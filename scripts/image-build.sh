@@ -5,7 +5,7 @@
 #   scripts/image-build.sh deps           npm ci (compiles librdkafka, patches node-rdkafka), here
 #   scripts/image-build.sh compile        tsc, then drop dev dependencies (and patch node-rdkafka again)
 #   scripts/image-build.sh assemble OUT   both, from a copy of this checkout, then the runtime stage's
-#                                         layout in OUT: node_modules, dist, package.json
+#                                         layout in OUT: node_modules, native, dist, package.json
 set -euo pipefail
 step=${1:?usage: image-build.sh deps|compile|assemble OUT}
 case $step in
@@ -23,11 +23,12 @@ case $step in
     root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
-    cp -r "$root"/{package.json,package-lock.json,tsconfig.json,tsconfig.build.json,src,scripts,patches} "$work"/
+    cp -r "$root"/{package.json,package-lock.json,tsconfig.json,tsconfig.build.json,src,scripts,patches,native} "$work"/
+    rm -rf "$work"/native/*/build
     (cd "$work" && scripts/image-build.sh deps && scripts/image-build.sh compile)
     rm -rf "$out"
     mkdir -p "$out"
-    cp -r "$work"/{node_modules,dist,package.json} "$out"/
+    cp -r "$work"/{node_modules,dist,package.json,native} "$out"/
     echo "image-build.sh: runtime tree in $out (start it with: cd $out && node dist/src/main.js)" ;;
   *)
     echo "image-build.sh: unknown step '$step'" >&2; exit 2 ;;

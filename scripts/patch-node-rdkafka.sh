@@ -14,16 +14,14 @@
 #   librdkafka is rebuilt with its own `make libs install`: node-rdkafka's gyp action runs only when
 #   config.h changes, and the addon loads build/deps/librdkafka.so.1 (about a minute on 2 cores: the
 #   files that include rdkafka_int.h are compiled again).
-# - node-rdkafka-3.6.1-*.patch, to node-rdkafka's addon:
+# - node-rdkafka-3.6.1-*.patch, to node-rdkafka's addon (Kafka's work only: the journal's natives are
+#   an addon of our own, native/journal-files):
 #   - delivery-reports: each delivery report carries librdkafka's message status (persisted,
 #     possibly persisted, not persisted), which ACK_MODE=delivered answers from, and the message's
 #     tag when it had one;
 #   - produce-batch: Producer#produceBatch hands librdkafka every message of a request in one native
 #     call (docs/performance.md, "One native call per request", says why), with a tag and a timestamp;
 #     Producer#takeAcks and Producer#queueLength;
-#   - journal-map: what the write-ahead journal needs natively (src/journal/native.ts): a segment
-#     file allocated whole and mapped into memory, and CRC-32C with the CPU's instruction. Not Kafka's,
-#     but this is the one addon the service builds, so the journal takes no second build pipeline.
 #   The addon is rebuilt with `node-gyp build`, not `rebuild`: only the changed C++ files are compiled
 #   again (about 20 s).
 #

@@ -9,7 +9,9 @@ export const EXIT = {
   LISTEN: 3,
   /** Shutdown timed out with points still not acknowledged by Kafka. */
   UNFLUSHED: 4,
+  /** The runtime cannot run the service: no uWebSockets.js build loads on this Node and C library (http/uws.ts). */
+  RUNTIME: 5,
 } as const;
 
 /** A worker that exits with one of these before it listens stops the whole service. */
-export const STARTUP_FAILURES: ReadonlySet<number> = new Set([EXIT.CONFIG, EXIT.LISTEN]);
+export const STARTUP_FAILURES: ReadonlySet<number> = new Set([EXIT.CONFIG, EXIT.LISTEN, EXIT.RUNTIME]);

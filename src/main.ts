@@ -1,10 +1,13 @@
 // Entry point: read the configuration once, then become the primary or a worker.
 // The primary validates the configuration before it forks, librdkafka's properties included (each
 // asked of librdkafka, kafka/settings.ts), so a bad value stops start-up with one message naming the
-// variable (exit 2) rather than a crash loop of workers.
+// variable (exit 2) rather than a crash loop of workers. It also picks the uWebSockets.js build the
+// workers will load (http/uws.ts): where none loads on this Node and C library, one line says what to
+// install (exit 5).
 import cluster from 'node:cluster';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { EXIT } from './exit-codes.js';
+import { currentRuntime, UwsUnavailable, uwsBuild } from './http/uws.js';
 import { producerSettings } from './kafka/settings.js';
 import { runPrimary } from './supervisor.js';
 import { runWorker } from './worker.js';
@@ -19,5 +22,16 @@ try {
   process.exit(EXIT.CONFIG);
 }
 
-if (cluster.isPrimary) runPrimary(config);
+if (cluster.isPrimary) {
+  let uws: string;
+  try {
+    uws = uwsBuild().version;
+  } catch (err) {
+    if (!(err instanceof UwsUnavailable)) throw err;
+    process.stderr.write(`cannot start: ${err.message}\n${err.attempts.map((a) => `  uWebSockets.js v${a.version}: ${a.error}\n`).join('')}`);
+    process.exit(EXIT.RUNTIME);
+  }
+  const { node, glibc } = currentRuntime();
+  runPrimary(config, { uws, node, glibc });
+}
 else await runWorker(config);

@@ -37,7 +37,14 @@ export function restartDelay(recentCrashes: number[], now: number): number {
   return recentCrashes.length === 1 ? 0 : Math.min(RESTART_MAX_MS, RESTART_BASE_MS * 2 ** (recentCrashes.length - 2));
 }
 
-export function runPrimary(config: Config): void {
+/** What the workers run on, for the start-up log: the uWebSockets.js build (http/uws.ts), Node, glibc. */
+export interface RuntimeSummary {
+  readonly uws: string;
+  readonly node: string;
+  readonly glibc: string | null;
+}
+
+export function runPrimary(config: Config, runtime: RuntimeSummary): void {
   const log = createLogger(config.logLevel, { role: 'primary' });
   const metrics = createPrimaryMetrics();
 
@@ -159,7 +166,7 @@ export function runPrimary(config: Config): void {
   process.on('SIGINT', () => shutdown('SIGINT'));
 
   const { name: malloc, preload, reason } = config.workerMalloc;
-  log.info({ workers: config.workers, malloc, preload, reason }, 'starting workers');
+  log.info({ workers: config.workers, malloc, preload, reason, ...runtime }, 'starting workers');
   for (let slot = 0; slot < config.workers; slot++) fork(slot);
   forkStandby();
 }

@@ -7,9 +7,9 @@
 // every JOURNAL_SYNC_INTERVAL_MS): the floor of JOURNAL_SYNC=disk.
 import { openSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import uWS from 'uWebSockets.js';
 import { loadConfig } from '../../src/config.js';
 import { GroupCommit } from '../../src/journal/group-commit.js';
+import { uwsBuild } from '../../src/http/uws.js';
 
 const port = Number(process.argv[2]);
 const workMs = Number(process.argv[3] ?? 0) / 1000;
@@ -42,8 +42,8 @@ const commitThen: ((answer: () => void) => void) | null = (() => {
   };
 })();
 
-uWS
-  .App()
+uwsBuild()
+  .uws.App()
   .post('/track', (res) => {
     let aborted = false;
     res.onAborted(() => {

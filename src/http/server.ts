@@ -3,7 +3,7 @@
 // routes are answered here.
 //
 // Every worker listens on the same port; uWS sets SO_REUSEPORT, so the kernel spreads connections.
-import uWS from 'uWebSockets.js';
+import type uWS from 'uWebSockets.js';
 import type { Config } from '../config.js';
 import { errorAnswer, STATUS_LINE, type ErrorAnswer, type HttpStatus } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -11,6 +11,7 @@ import type { WorkerMetrics } from '../metrics.js';
 import { GET_PATHS, TRACK_PATH, type GetPath } from '../routes.js';
 import type { PointSink, TrackOutcome } from './track-body.js';
 import { TrackHandler, type TrackExchange } from './track-handler.js';
+import { uwsBuild, type UWS } from './uws.js';
 
 export interface ServerDeps {
   config: Config;
@@ -72,6 +73,7 @@ const GET_METHOD = errorAnswer('method_not_allowed', 'use GET for this path');
 const READY = '{"status":"ready"}';
 
 export class HttpServer {
+  private readonly uws: UWS = uwsBuild().uws;
   private readonly app: uWS.TemplatedApp;
   private readonly track: TrackHandler;
   private readonly tally: WorkerMetrics['track']['tally'];
@@ -99,7 +101,7 @@ export class HttpServer {
       '/metrics': (res) => this.onMetrics(res, routeMetrics['/metrics']),
       '/openapi.json': (res) => this.reply(res, 200, deps.openApiJson, routeMetrics['/openapi.json']),
     };
-    this.app = uWS.App()
+    this.app = this.uws.App()
       .post(TRACK_PATH, (res, req) => this.onTrack(res, req))
       .any(TRACK_PATH, (res) => {
         m.track.tally.byStatus[405]++;
@@ -127,7 +129,7 @@ export class HttpServer {
   /** Stops accepting connections, then waits (at most timeoutMs) for bodies being read or waiting for room. */
   async stop(timeoutMs: number): Promise<void> {
     this.draining = true;
-    if (this.listenSocket !== null) uWS.us_listen_socket_close(this.listenSocket);
+    if (this.listenSocket !== null) this.uws.us_listen_socket_close(this.listenSocket);
     this.listenSocket = null;
     await pollUntil(() => this.bodiesReading === 0 && this.track.waitingForRoom === 0, timeoutMs);
   }

@@ -1,5 +1,5 @@
-// What the journal needs that Node does not give, from the one native addon the service builds
-// (node-rdkafka's, patches/node-rdkafka-3.6.1-journal-map.patch):
+// What the journal needs that Node does not give, from the addon of our own
+// (native/journal-files: one C file, Node-API, built by node-gyp at install):
 //   - a segment file allocated on the disk whole and mapped into memory, shared with the file: a
 //     record is then written with a copy instead of a system call (1.3 against 6.2 µs for a record of
 //     100 points, docs/performance.md), and is in the OS's page cache, which outlives the process, as
@@ -19,11 +19,8 @@ interface JournalFilesBinding {
   crc32c(first: Uint8Array, second?: Uint8Array): number;
 }
 
-const binding = (createRequire(import.meta.url)('node-rdkafka/librdkafka.js') as { journalFiles?: JournalFilesBinding }).journalFiles;
-if (binding === undefined) {
-  throw new Error('node-rdkafka lacks journalFiles: patches/ was not applied; run scripts/patch-node-rdkafka.sh (npm ci runs it)');
-}
-const files: JournalFilesBinding = binding;
+// Its index.js names the platform and what to install when the addon does not load.
+const files = createRequire(import.meta.url)('@track-ingest/journal-files') as JournalFilesBinding;
 
 /**
  * CRC-32C (Castagnoli) of `first` followed by `second`, in one native call: for a record of one point
