@@ -2,34 +2,55 @@
 # The build steps of the Dockerfile, runnable without Docker. The Dockerfile calls the first two,
 # so the image and this script cannot drift apart.
 #
-#   scripts/image-build.sh deps           npm ci (compiles librdkafka, patches node-rdkafka), here
-#   scripts/image-build.sh compile        tsc, then drop dev dependencies (and patch node-rdkafka again)
-#   scripts/image-build.sh assemble OUT   both, from a copy of this checkout, then the runtime stage's
-#                                         layout in OUT: node_modules, native, dist, package.json
+#   scripts/image-build.sh deps           npm ci (compiles librdkafka, patches node-rdkafka, builds the
+#                                         journal's addon), here
+#   scripts/image-build.sh compile        tsc, then drop dev dependencies
+#   scripts/image-build.sh root DIR       the image's root file system without Docker: Debian 13 with the
+#                                         Dockerfile's packages (build and runtime stages in one root),
+#                                         Node 24 from the npm registry (scripts/debian-root.sh), then in
+#                                         it the build stage in /src (deps, with this checkout) and the
+#                                         runtime stage's tree in /app (compile, from /src). Start it with
+#                                         scripts/debian-root.sh run DIR -- sh -c 'cd /app && node dist/src/main.js'
+#                                         ROOT_EXTRA_PACKAGES: more Debian packages (the tests' servers)
+#
+# The Dockerfile's apt-get lines name the same packages as BUILD_PACKAGES and RUNTIME_PACKAGES (a test
+# holds them together).
 set -euo pipefail
-step=${1:?usage: image-build.sh deps|compile|assemble OUT}
+BUILD_PACKAGES=(python3 make g++ patch libssl-dev zlib1g-dev ca-certificates)
+RUNTIME_PACKAGES=(libssl3t64 zlib1g libjemalloc2 ca-certificates curl)
+NODE_MAJOR=24
+step=${1:?usage: image-build.sh deps|compile|root DIR}
 case $step in
   deps)
     npm ci --no-audit --no-fund ;;
   compile)
     npx tsc -p tsconfig.build.json
     npm prune --omit=dev --no-audit --no-fund
-    # npm prune reinstalls node-rdkafka every time (its package.json says version "v3.6.1", the lockfile
-    # 3.6.1, and npm takes that for a change: `npm prune --dry-run --loglevel=silly` prints
-    # "CHANGE node_modules/node-rdkafka"), which undoes the patch: apply it again.
+    # Checks that the patched node-rdkafka is still the one installed (patch-node-rdkafka.sh says why
+    # npm prune no longer reinstalls it); a no-op when it is.
     scripts/patch-node-rdkafka.sh ;;
-  assemble)
-    out=${2:?usage: image-build.sh assemble OUT}
-    root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-    work=$(mktemp -d)
-    trap 'rm -rf "$work"' EXIT
-    cp -r "$root"/{package.json,package-lock.json,tsconfig.json,tsconfig.build.json,src,scripts,patches,native} "$work"/
-    rm -rf "$work"/native/*/build
-    (cd "$work" && scripts/image-build.sh deps && scripts/image-build.sh compile)
-    rm -rf "$out"
-    mkdir -p "$out"
-    cp -r "$work"/{node_modules,dist,package.json,native} "$out"/
-    echo "image-build.sh: runtime tree in $out (start it with: cd $out && node dist/src/main.js)" ;;
+  root)
+    dir=${2:?usage: image-build.sh root DIR}
+    repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+    # shellcheck disable=SC2206 # one package per word
+    extra=(${ROOT_EXTRA_PACKAGES:-})
+    "$repo/scripts/debian-root.sh" create "$dir" "$NODE_MAJOR" "${BUILD_PACKAGES[@]}" "${RUNTIME_PACKAGES[@]}" "${extra[@]}"
+    # The build stage: this checkout's files (tracked, and new ones not ignored) over /src, whose
+    # node_modules, built addons and caches stay, so that npm ci runs again only when the lockfile changed.
+    mkdir -p "$dir/src"
+    find "$dir/src" -mindepth 1 -maxdepth 1 ! -name node_modules ! -name .cache ! -name native -exec rm -rf {} +
+    find "$dir/src/native" -mindepth 2 -maxdepth 2 ! -name build -exec rm -rf {} + 2>/dev/null || true
+    (cd "$repo" && git ls-files -z --cached --others --exclude-standard | tar -cf - --null -T - --ignore-failed-read 2>/dev/null) |
+      tar -xf - -C "$dir/src"
+    echo "image-build.sh: this checkout copied to $dir/src"
+    "$repo/scripts/debian-root.sh" run "$dir" -- bash -c 'cd /src && scripts/install.sh'
+    # The runtime stage: what the Dockerfile copies out of the build stage, pruned of dev dependencies.
+    rm -rf "$dir/app"
+    mkdir -p "$dir/app"
+    cp -a "$dir/src"/{package.json,package-lock.json,tsconfig.json,tsconfig.build.json,src,scripts,patches,native,node_modules} "$dir/app"/
+    "$repo/scripts/debian-root.sh" run "$dir" -- bash -c 'cd /app && scripts/image-build.sh compile' >/dev/null
+    rm -rf "$dir/app"/{package-lock.json,tsconfig.json,tsconfig.build.json,src,scripts,patches}
+    echo "image-build.sh: the image's root in $dir: the runtime tree in /app ($(du -sh "$dir/app" | cut -f1)), Node $(chroot "$dir" node --version)" ;;
   *)
     echo "image-build.sh: unknown step '$step'" >&2; exit 2 ;;
 esac

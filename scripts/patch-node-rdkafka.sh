@@ -122,6 +122,16 @@ write_stamp() {
   } >"$stamp"
 }
 
+# --- node-rdkafka's package.json: the version as the lockfile has it ---
+# The package publishes "version": "v3.6.1" and the lockfile says 3.6.1: npm takes the difference for a
+# change, and `npm prune` (the image's compile step) reinstalled node-rdkafka every time, undoing every
+# patch (`npm prune --dry-run --loglevel=silly` printed "CHANGE node_modules/node-rdkafka"; with the
+# version written as 3.6.1 it prints nothing).
+if grep -q '"version": "v3.6.1"' "$module/package.json"; then
+  sed -i 's/"version": "v3.6.1"/"version": "3.6.1"/' "$module/package.json"
+  echo "patch-node-rdkafka.sh: node-rdkafka's package.json says version 3.6.1, as the lockfile does"
+fi
+
 # --- librdkafka: patches/librdkafka-2.12-*.patch ---
 lib=$module/build/deps/librdkafka.so.1
 # The stamp holds the patch set's checksum, the files it changes, and the checksum of the library built

@@ -12,7 +12,7 @@
 // A file the journal is done with while it still has records to sync, or while a sync of it is under
 // way, is closed after that sync: closed before, the sync fails (EBADF: a 500 for requests whose points
 // were taken) or syncs whatever file took its number.
-import { closeSync, fdatasync, fdatasyncSync, fsync, openSync } from 'node:fs';
+import { diskFiles, type JournalFiles } from './files.js';
 import { JournalError } from './journal-error.js';
 
 export type CommitDone = (err: Error | null) => void;
@@ -36,6 +36,7 @@ export class GroupCommit {
     private readonly dir: string,
     private readonly intervalMs: number,
     private readonly onCommit: (seconds: number) => void = () => {},
+    private readonly files: JournalFiles = diskFiles,
   ) {}
 
   /** A record was written into this file: the next commit syncs it. */
@@ -51,7 +52,7 @@ export class GroupCommit {
   /** The journal is done with this file: closed now, or after the sync that still has to cover it. */
   closeFile(fd: number): void {
     if (this.unsynced.has(fd) || this.syncing.has(fd)) this.closeAfterSync.add(fd);
-    else closeSync(fd);
+    else this.files.close(fd);
   }
 
   /** Calls `done` once every record written so far is on the disk (and the directory entries that name their files). */
@@ -101,7 +102,7 @@ export class GroupCommit {
         // Written again during this sync, it waits for the next commit, which closes it after its own.
         if (this.unsynced.has(fd) || !this.closeAfterSync.delete(fd)) continue;
         try {
-          closeSync(fd);
+          this.files.close(fd);
         } catch {
           /* closed on a failed write already */
         }
@@ -114,19 +115,8 @@ export class GroupCommit {
       if (--pending === 0) finish();
     };
     if (pending === 0) return finish();
-    for (const fd of fds) fdatasync(fd, one);
-    if (syncDir) {
-      let dirFd: number;
-      try {
-        dirFd = openSync(this.dir, 'r');
-      } catch (err) {
-        return one(err as Error);
-      }
-      fsync(dirFd, (err) => {
-        closeSync(dirFd);
-        one(err);
-      });
-    }
+    for (const fd of fds) this.files.datasync(fd, one);
+    if (syncDir) this.files.syncDir(this.dir, one);
   }
 
   /**
@@ -141,15 +131,8 @@ export class GroupCommit {
     this.waiters = [];
     let failure: Error | null = null;
     try {
-      for (const fd of new Set([...this.unsynced, ...this.syncing])) fdatasyncSync(fd);
-      if (this.dirUnsynced) {
-        const dirFd = openSync(this.dir, 'r');
-        try {
-          fdatasyncSync(dirFd);
-        } finally {
-          closeSync(dirFd);
-        }
-      }
+      for (const fd of new Set([...this.unsynced, ...this.syncing])) this.files.datasyncSync(fd);
+      if (this.dirUnsynced) this.files.syncDirSync(this.dir);
       this.unsynced.clear();
       this.dirUnsynced = false;
     } catch (err) {
@@ -157,7 +140,7 @@ export class GroupCommit {
     }
     this.closed = { failure };
     for (const w of waiters) w(failure);
-    for (const fd of this.closeAfterSync) closeSync(fd);
+    for (const fd of this.closeAfterSync) this.files.close(fd);
     this.closeAfterSync.clear();
   }
 }

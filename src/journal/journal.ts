@@ -33,12 +33,11 @@
 // segment (nearly full), or elsewhere, records are written with pwritev, and a full disk is a refused
 // write. With JOURNAL_SYNC=disk the 202 also waits for an fdatasync of the segment, one for every
 // request that came in the meantime (group-commit.ts).
-import { closeSync, fdatasyncSync, fstatSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, statfsSync, unlinkSync, writeSync, writevSync } from 'node:fs';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
+import { diskFiles, type JournalFiles } from './files.js';
 import { GroupCommit, type CommitDone } from './group-commit.js';
 import { JournalError } from './journal-error.js';
-import { mappableFileSystem, mapSegment, unmapSegment } from './native.js';
 import { encodeHead, isRecordMagic, readRecord, RECORD_HEADER_BYTES, RECORD_PREFIX_BYTES, recordBytes, type JournalBatch, type JournalRecord } from './record.js';
 
 /** A segment takes no more records past this size (a larger record still gets a segment of its own). */
@@ -75,6 +74,8 @@ export interface JournalOptions {
   onCorrupt?: (file: string, at: number, what: string) => void;
   /** Map segments where the file system allows (the default), or always write them with pwritev. */
   mapSegments?: boolean;
+  /** Every file operation goes through here: the disk (the default), or a test's crashable file system. */
+  files?: JournalFiles;
 }
 
 interface Segment {
@@ -149,23 +150,25 @@ export class Journal {
   private head: Buffer = Buffer.alloc(4096);
   /** JOURNAL_SYNC=disk: the fdatasyncs the 202s wait for (group-commit.ts); null in process mode. */
   private readonly commits: GroupCommit | null;
+  private readonly files: JournalFiles;
 
   /** Creates the directory if needed and finds what earlier processes left. Throws JournalError. */
   constructor(opts: JournalOptions) {
     this.dir = opts.dir;
     this.slot = opts.slot;
     this.maxBytes = opts.maxBytes;
-    this.commits = opts.sync === 'disk' ? new GroupCommit(opts.dir, opts.syncIntervalMs ?? 0, opts.onCommit) : null;
+    const files = (this.files = opts.files ?? diskFiles);
+    this.commits = opts.sync === 'disk' ? new GroupCommit(opts.dir, opts.syncIntervalMs ?? 0, opts.onCommit, files) : null;
     this.onCorrupt = opts.onCorrupt;
     let names: string[];
     try {
-      mkdirSync(this.dir, { recursive: true });
-      names = readdirSync(this.dir);
+      files.makeDir(this.dir);
+      names = files.list(this.dir);
     } catch (err) {
       throw new JournalError(`cannot use the journal directory ${this.dir} (JOURNAL_DIR): ${(err as Error).message}`, { cause: err });
     }
     // In disk mode a mapped page written after its fdatasync faults again (12 against 5 µs a record, measured): pwritev there.
-    this.mappedOn = opts.sync === 'process' && opts.mapSegments !== false ? mappableFileSystem(this.dir) : null;
+    this.mappedOn = opts.sync === 'process' && opts.mapSegments !== false ? files.mappable(this.dir) : null;
     this.segmentBytes = Math.min(SEGMENT_MAX_BYTES, opts.maxBytes);
     const ours = (slot: number) => slot === this.slot || (this.slot === 0 && slot >= opts.slots);
     const found: { slot: number; seq: number; name: string }[] = [];
@@ -178,8 +181,8 @@ export class Journal {
         if (Number(spare[1]) === this.slot) {
           this.nextSeq = Math.max(this.nextSeq, seq + 1);
           if (this.spares.length < MAX_SPARES) this.spares.push({ path: join(this.dir, name), map: null });
-          else unlinkIfThere(join(this.dir, name));
-        } else if (ours(Number(spare[1]))) unlinkIfThere(join(this.dir, name));
+          else unlinkIfThere(files, join(this.dir, name));
+        } else if (ours(Number(spare[1]))) unlinkIfThere(files, join(this.dir, name));
         continue;
       }
       const m = FILE_RE.exec(name);
@@ -198,10 +201,10 @@ export class Journal {
       const path = join(this.dir, f.name);
       // Counted now (headers only), read when their turn comes: the metrics say what waits from the start.
       // A mapped segment's file is longer than its records: the records' bytes are what the limit counts.
-      const { records, bytes } = countRecords(path, f.seq);
+      const { records, bytes } = countRecords(files, path, f.seq);
       const segment: Segment = {
         seq: f.seq, slot: f.slot, path, fd: null, map: null, capacity: bytes, bytes, records: 0, done: 0, sealed: false, recovered: true, marks: [], marksFd: null,
-        doneBefore: readMarks(marksPath(path)),
+        doneBefore: readMarks(files, marksPath(path)),
       };
       this.segments.push(segment);
       this.toRecover.push(segment);
@@ -213,14 +216,14 @@ export class Journal {
     if (legacy.length === 0) return;
     for (const name of legacy.sort()) {
       const path = join(this.dir, name);
-      for (const record of readLegacySpill(path, (at, what) => this.corrupt(path, at, what))) {
+      for (const record of readLegacySpill(files.readFile(path), (at, what) => this.corrupt(path, at, what))) {
         const { segment, index } = this.write(record, record.timestamp);
         this.recoveredQueue.push({ segment, index, record });
         this.recoveredLeft++;
       }
     }
-    if (this.active?.fd != null) fdatasyncSync(this.active.fd);
-    for (const name of legacy) unlinkSync(join(this.dir, name));
+    if (this.active?.fd != null) files.datasyncSync(this.active.fd);
+    for (const name of legacy) files.unlink(join(this.dir, name));
   }
 
   // ---- appending ------------------------------------------------------------------------------
@@ -245,8 +248,7 @@ export class Journal {
     if (now - this.lastProbeAt < PROBE_INTERVAL_MS) return false;
     this.lastProbeAt = now;
     try {
-      const fs = statfsSync(this.dir);
-      if (fs.bavail * fs.bsize >= 2 * this.failedBytes) this.writeFailure = null;
+      if (this.files.freeBytes(this.dir) >= 2 * this.failedBytes) this.writeFailure = null;
     } catch {
       /* still failing */
     }
@@ -287,9 +289,9 @@ export class Journal {
   private writeAt(segment: Segment, parts: Uint8Array[], bytes: number): void {
     try {
       // At its place in the file: a spare file is written over from its start.
-      let written = writevSync(segment.fd!, parts, segment.bytes);
+      let written = this.files.writeAt(segment.fd!, parts, segment.bytes);
       // writev may write part of it (a disk nearly full): the rest, or the error that says why.
-      while (written < bytes) written += writeRest(segment.fd!, parts, written, segment.bytes);
+      while (written < bytes) written += writeRest(this.files, segment.fd!, parts, written, segment.bytes);
     } catch (err) {
       this.failedBytes = bytes;
       this.writeFailed(segment, err);
@@ -308,22 +310,22 @@ export class Journal {
     let fd: number;
     let map: Uint8Array | null = null;
     try {
-      if (spare === undefined) fd = openSync(path, 'wx+'); // read and write: a mapping needs both
+      if (spare === undefined) fd = this.files.create(path);
       else {
-        renameSync(spare.path, path);
-        fd = openSync(path, 'r+');
+        this.files.rename(spare.path, path);
+        fd = this.files.openWrite(path);
         if (spare.map !== null && spare.map.byteLength >= capacity) map = spare.map;
-        else if (spare.map !== null) unmapSegment(spare.map);
+        else if (spare.map !== null) this.files.unmap(spare.map);
       }
     } catch (err) {
       this.writeFailure = new JournalError(`cannot create the journal file ${path}: ${(err as Error).message}`, { cause: err });
       throw this.writeFailure;
     }
     if (map === null && this.mappedOn !== null) {
-      map = mapSegment(fd, capacity);
+      map = this.files.map(fd, capacity);
       // The disk could not give the whole segment: what a failed allocation took goes back (a new
       // file's blocks), and its records are written one by one until the disk refuses one.
-      if (map === null && spare === undefined) ftruncateQuietly(fd);
+      if (map === null && spare === undefined) ftruncateQuietly(this.files, fd);
     }
     const segment: Segment = { seq, slot: this.slot, path, fd, map, capacity: map === null ? SEGMENT_MAX_BYTES : capacity, bytes: 0, records: 0, done: 0, sealed: false, recovered: false, marks: [], marksFd: null, doneBefore: new Set() };
     this.segments.push(segment);
@@ -336,7 +338,7 @@ export class Journal {
   private writeFailed(segment: Segment, err: unknown): never {
     this.writeFailure = new JournalError(`cannot write the journal file ${segment.path}: ${(err as Error).message}`, { cause: err });
     try {
-      ftruncateSync(segment.fd!, segment.bytes);
+      this.files.truncate(segment.fd!, segment.bytes);
     } catch {
       // Cannot cut it back either: take no more records into it (reading stops at the torn record).
       this.seal(segment);
@@ -349,13 +351,13 @@ export class Journal {
     if (this.active === segment) this.active = null;
     if (segment.fd !== null) {
       if (this.commits !== null) this.commits.closeFile(segment.fd);
-      else closeSync(segment.fd);
+      else this.files.close(segment.fd);
       segment.fd = null;
     }
     // A sealed segment keeps its mapping, to be a spare that needs no new one, unless several do
     // already: during an outage, a journal of many full segments would otherwise stay mapped whole.
     if (segment.map !== null && this.segments.filter((s) => s.sealed && s.map !== null).length > MAX_SPARES) {
-      unmapSegment(segment.map);
+      this.files.unmap(segment.map);
       segment.map = null;
     }
     this.deleteIfDone(segment);
@@ -402,8 +404,8 @@ export class Journal {
       const marks = Uint32Array.from(segment.marks);
       segment.marks = [];
       try {
-        segment.marksFd ??= openSync(marksPath(segment.path), 'a');
-        writeSync(segment.marksFd, new Uint8Array(marks.buffer));
+        segment.marksFd ??= this.files.openAppend(marksPath(segment.path));
+        this.files.append(segment.marksFd, new Uint8Array(marks.buffer));
       } catch {
         // A mark not written costs a duplicate after a restart, never a point: not worth a refusal.
       }
@@ -412,26 +414,26 @@ export class Journal {
 
   private deleteIfDone(segment: Segment): void {
     if (!segment.sealed || segment.done < segment.records) return;
-    if (segment.fd !== null) closeSync(segment.fd);
+    if (segment.fd !== null) this.files.close(segment.fd);
     segment.fd = null;
-    closeMarks(segment);
-    unlinkIfThere(marksPath(segment.path));
+    closeMarks(this.files, segment);
+    unlinkIfThere(this.files, marksPath(segment.path));
     // Kept to be written over, if it is this slot's and the spares are not all there.
     const map = segment.map;
     segment.map = null;
     if (segment.slot === this.slot && this.spares.length < MAX_SPARES && this.writeFailure === null) {
       const spare = segment.path.slice(0, -'.wal'.length) + '.spare';
       try {
-        renameSync(segment.path, spare);
+        this.files.rename(segment.path, spare);
         this.spares.push({ path: spare, map });
         this.commits?.dirChanged();
       } catch {
-        unlinkIfThere(segment.path);
-        if (map !== null) unmapSegment(map);
+        unlinkIfThere(this.files, segment.path);
+        if (map !== null) this.files.unmap(map);
       }
     } else {
-      unlinkIfThere(segment.path);
-      if (map !== null) unmapSegment(map);
+      unlinkIfThere(this.files, segment.path);
+      if (map !== null) this.files.unmap(map);
     }
     segment.marks = [];
     this.heldBytes -= segment.bytes;
@@ -472,7 +474,7 @@ export class Journal {
   private readSegment(segment: Segment): { segment: Segment; index: number; record: JournalRecord }[] {
     let buf: Buffer;
     try {
-      buf = readFileSync(segment.path);
+      buf = this.files.readFile(segment.path);
     } catch (err) {
       this.corrupt(segment.path, 0, `cannot be read: ${(err as Error).message}`);
       buf = Buffer.alloc(0);
@@ -562,33 +564,33 @@ export class Journal {
     this.commits?.close();
     this.flushMarks();
     for (const segment of this.segments) {
-      closeMarks(segment);
+      closeMarks(this.files, segment);
       if (segment.fd === null) continue;
-      closeSync(segment.fd);
+      this.files.close(segment.fd);
       segment.fd = null;
     }
     // What was copied into a mapping is in the page cache: unmapping loses nothing.
     for (const holder of [...this.segments, ...this.spares]) {
-      if (holder.map !== null) unmapSegment(holder.map);
+      if (holder.map !== null) this.files.unmap(holder.map);
       holder.map = null;
     }
   }
 }
 
 /** The records of a segment file and their bytes, by their headers alone (a torn or damaged end stops the count). */
-function countRecords(path: string, seq: number): { records: number; bytes: number } {
+function countRecords(files: JournalFiles, path: string, seq: number): { records: number; bytes: number } {
   let fd: number;
   try {
-    fd = openSync(path, 'r');
+    fd = files.openRead(path);
   } catch {
     return { records: 0, bytes: 0 };
   }
   try {
-    const size = fstatSync(fd).size;
+    const size = files.size(fd);
     const header = Buffer.alloc(RECORD_HEADER_BYTES);
     let at = 0;
     let count = 0;
-    while (at + RECORD_HEADER_BYTES <= size && readSync(fd, header, 0, RECORD_HEADER_BYTES, at) === RECORD_HEADER_BYTES) {
+    while (at + RECORD_HEADER_BYTES <= size && files.read(fd, header, at) === RECORD_HEADER_BYTES) {
       if (!isRecordMagic(header.readUInt32LE(0)) || header.readUInt32LE(16) !== seq) break;
       const next = at + RECORD_PREFIX_BYTES + header.readUInt32LE(8);
       if (next > size) break;
@@ -597,14 +599,14 @@ function countRecords(path: string, seq: number): { records: number; bytes: numb
     }
     return { records: count, bytes: at };
   } finally {
-    closeSync(fd);
+    files.close(fd);
   }
 }
 
-function closeMarks(segment: Segment): void {
+function closeMarks(files: JournalFiles, segment: Segment): void {
   if (segment.marksFd === null) return;
   try {
-    closeSync(segment.marksFd);
+    files.close(segment.marksFd);
   } catch {
     /* a mark file that cannot be closed: it goes with the segment */
   }
@@ -615,10 +617,10 @@ function marksPath(walPath: string): string {
   return walPath.slice(0, -'.wal'.length) + '.acks';
 }
 
-function readMarks(path: string): Set<number> {
+function readMarks(files: JournalFiles, path: string): Set<number> {
   let buf: Buffer;
   try {
-    buf = readFileSync(path);
+    buf = files.readFile(path);
   } catch {
     return new Set();
   }
@@ -627,16 +629,16 @@ function readMarks(path: string): Set<number> {
   return marks;
 }
 
-function unlinkIfThere(path: string): void {
+function unlinkIfThere(files: JournalFiles, path: string): void {
   try {
-    unlinkSync(path);
+    files.unlink(path);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
   }
 }
 
 /** Writes what is left of a record after `written` bytes of it (a short writev), the record at `position`. */
-function writeRest(fd: number, parts: Uint8Array[], written: number, position: number): number {
+function writeRest(files: JournalFiles, fd: number, parts: Uint8Array[], written: number, position: number): number {
   let skip = written;
   const rest: Uint8Array[] = [];
   for (const p of parts) {
@@ -647,12 +649,12 @@ function writeRest(fd: number, parts: Uint8Array[], written: number, position: n
     rest.push(skip === 0 ? p : p.subarray(skip));
     skip = 0;
   }
-  return writevSync(fd, rest, position + written);
+  return files.writeAt(fd, rest, position + written);
 }
 
-function ftruncateQuietly(fd: number): void {
+function ftruncateQuietly(files: JournalFiles, fd: number): void {
   try {
-    ftruncateSync(fd, 0);
+    files.truncate(fd, 0);
   } catch {
     /* the space stays taken until the file is reused or deleted */
   }
@@ -662,8 +664,7 @@ function ftruncateQuietly(fd: number): void {
  * The records of a spill journal file of an earlier version, one point each:
  * u32 crc32 | u32 key length | u32 value length | f64 timestamp | key | value (the CRC covers all after it).
  */
-export function* readLegacySpill(path: string, corrupt: (at: number, what: string) => void): Generator<JournalRecord> {
-  const buf = readFileSync(path);
+export function* readLegacySpill(buf: Buffer, corrupt: (at: number, what: string) => void): Generator<JournalRecord> {
   let at = 0;
   while (at + 20 <= buf.byteLength) {
     const keyLen = buf.readUInt32LE(at + 4);

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The tests on the Node.js versions this host does not run: inside the Debian 13 root of the image
+# (scripts/image-build.sh root, Node 24), in a network namespace of its own, so that its broker,
+# gateways and services use the ports they always use, beside whatever runs on the host.
+#
+#   scripts/test-in-root.sh [VITEST ARGS...]   `make test` on Node 24: every vitest file, against a
+#                                              broker started in the root (make test-node24)
+#   scripts/test-in-root.sh --smoke 22         the smoke test (test/smoke) on Node 22: the tree of the
+#                                              Node 24 run, with node-rdkafka's addon built again for
+#                                              Node 22's ABI (the journal's addon is Node-API: as it is)
+#
+# TEST_ROOT: the root (.cache/debian13-node24). VITEST_JSON: vitest's JSON report, copied out of the root.
+# The first run builds the root and compiles node-rdkafka in it (about 6 minutes on 2 cores); later
+# runs copy this checkout in and test.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=${TEST_ROOT:-$PWD/.cache/debian13-node24}
+# What scripts/test.sh installs on the host (servers of the gateway tests, jemalloc), Java for the
+# broker, and what the tests call (pgrep, openssl for the broker's TLS material).
+TEST_PACKAGES=(make procps openssl openjdk-21-jre-headless nginx libnginx-mod-http-lua lua-nginx-redis redis-server haproxy apache2-utils wrk)
+export ROOT_EXTRA_PACKAGES="${TEST_PACKAGES[*]}"
+scripts/image-build.sh root "$root"
+# The broker's jars, from this checkout's cache (the root has no Maven).
+if [[ ! -d $root/src/.cache/kafka/lib ]]; then
+  scripts/kafka.sh fetch
+  mkdir -p "$root/src/.cache/kafka"
+  cp -a .cache/kafka/lib "$root/src/.cache/kafka/"
+fi
+report=()
+[[ -n ${VITEST_JSON:-} ]] && report=(VITEST_JSON=/src/.run/root-vitest.json)
+copy_report() {
+  if [[ -n ${VITEST_JSON:-} && -f $root/src/.run/root-vitest.json ]]; then
+    mkdir -p "$(dirname "$VITEST_JSON")"
+    cp "$root/src/.run/root-vitest.json" "$VITEST_JSON"
+  fi
+}
+trap copy_report EXIT
+rm -f "$root/src/.run/root-vitest.json"
+
+if [[ ${1:-} == --smoke ]]; then
+  major=${2:?usage: test-in-root.sh --smoke NODE_MAJOR}
+  scripts/debian-root.sh node "$root" "$major"
+  # The Node 24 tree, with node-rdkafka's addon configured and built against this Node's headers
+  # (librdkafka itself, a plain shared library, is kept).
+  rm -rf "$root/src-node$major"
+  cp -a "$root/src" "$root/src-node$major"
+  scripts/debian-root.sh run "$root" -- bash -c "cd /src-node$major/node_modules/node-rdkafka &&
+    PATH=/opt/node-$major/bin:\$PATH node /usr/local/lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js configure build --nodedir=/opt/node-$major >/dev/null &&
+    echo \"test-in-root.sh: node-rdkafka's addon built for Node \$(node --version)\""
+  args=()
+  [[ -z ${VITEST_JSON:-} ]] || args=(--reporter=default --reporter=json --outputFile.json=/src/.run/root-vitest.json)
+  scripts/debian-root.sh run "$root" --own-network -- env PATH="/opt/node-$major/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin" \
+    bash -c 'mkdir -p /src/.run && cd "$1" && shift && scripts/with-broker.sh node node_modules/vitest/vitest.mjs run test/smoke "$@"' _ "/src-node$major" "${args[@]}"
+  exit
+fi
+
+scripts/debian-root.sh run "$root" --own-network -- env "${report[@]}" bash -c 'cd /src && make --no-print-directory build && scripts/test.sh "$@"' _ "$@"
