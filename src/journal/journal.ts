@@ -6,15 +6,15 @@
 //   append ──▶ segment file (written to the OS; with JOURNAL_SYNC=disk also fdatasync'd before the 202)
 //     │                                  each record has an id: produceBatch's tag (kafka/producer.ts)
 //     ▼
-//   acknowledged(id, n) ── all its points acknowledged ──▶ marked done (.acks beside the segment)
+//   acknowledged(id, n) ── all its points acknowledged ──▶ marked done (.done beside the segment)
 //     a segment whose records are all done, and that takes no more, is deleted with its marks
 //
 //   open ──▶ the segments a worker of this slot left (slot 0 also takes those of slots that no longer
 //            exist) are recovered: their records not marked done are read back (nextRecovered) and
 //            produced again, with the timestamps they were accepted with: at least once.
 //
-// Files: `slot-<slot>.<seq>.wal` (records, record.ts) and `slot-<slot>.<seq>.acks` (u32 indexes of the
-// records done, in the order they were done). A segment file whose records are all done is not
+// Files: `slot-<slot>.<seq>.wal` (records, record.ts) and `slot-<slot>.<seq>.done` (the indexes of the
+// records done, in the order they were done, each with a check: marks.ts). A segment file whose records are all done is not
 // deleted but kept as a spare (`slot-<slot>.<seq>.spare`, two at most) and written over as the next
 // segment: writing over pages the OS already holds cost less than half of writing new ones (6-7
 // against 15-17 µs of CPU per 12.8 KB record, measured on this machine's ext4), and on the live
@@ -37,6 +37,7 @@ import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
 import { diskFiles, type JournalFiles } from './files.js';
 import { GroupCommit, type CommitDone } from './group-commit.js';
+import { decodeLegacyMarks, decodeMarks, encodeMarks, LEGACY_MARKS_SUFFIX, MARKS_SUFFIX } from './marks.js';
 import { JournalError } from './journal-error.js';
 import { encodeHead, isRecordMagic, readRecord, RECORD_HEADER_BYTES, RECORD_PREFIX_BYTES, recordBytes, type JournalBatch, type JournalRecord } from './record.js';
 
@@ -48,8 +49,8 @@ const ROLL_WHEN_DONE_BYTES = 1024 * 1024;
 const PROBE_INTERVAL_MS = 1_000;
 /** Record ids wrap here: produceBatch's tags are 0 to 2^31 - 1. */
 const ID_LIMIT = 2 ** 31;
-const FILE_RE = /^slot-(\d+)\.(\d{12})\.wal$/;
-const SPARE_RE = /^slot-(\d+)\.(\d{12})\.spare$/;
+/** Any file of a slot's: segments, spares, marks. */
+const SLOT_FILE_RE = /^slot-(\d+)\.(\d{12})\.(wal|spare|done|acks)$/;
 /** Done segment files kept to be written over (see above), per slot. */
 const MAX_SPARES = 2;
 /** The spill journal of earlier versions: records that failed after their 202, imported at open. */
@@ -94,10 +95,13 @@ interface Segment {
   done: number;
   /** Takes no more records: rolled over, or recovered and read to its end. */
   sealed: boolean;
+  /** Left by an earlier process: read, never written. Once done it is deleted, never kept as a spare (see the constructor). */
   readonly recovered: boolean;
-  /** Indexes marked done: written to .acks at the next flushMarks(). */
+  /** An earlier version's spill file, read in place: no marks, deleted once done. */
+  readonly spill: boolean;
+  /** Indexes marked done: written to .done at the next flushMarks(). */
   marks: number[];
-  /** The .acks file, open for appending once a mark was written (opening it every poll cost 4.9 µs a request). */
+  /** The .done file, open for appending once a mark was written (opening it every poll cost 4.9 µs a request). */
   marksFd: number | null;
   /** Recovered: indexes already marked done by an earlier process. */
   readonly doneBefore: ReadonlySet<number>;
@@ -171,30 +175,58 @@ export class Journal {
     this.mappedOn = opts.sync === 'process' && opts.mapSegments !== false ? files.mappable(this.dir) : null;
     this.segmentBytes = Math.min(SEGMENT_MAX_BYTES, opts.maxBytes);
     const ours = (slot: number) => slot === this.slot || (this.slot === 0 && slot >= opts.slots);
+    // Sequence numbers go on from the highest any file of this slot has, marks included: after a power
+    // cut a segment's name may be gone while its marks are not, and a new segment of that number would
+    // take them for its own (the power-cut test lost a record that way, seed 42).
     const found: { slot: number; seq: number; name: string }[] = [];
+    const walSeqs = new Set<string>();
     const legacy: string[] = [];
     for (const name of names) {
-      const spare = SPARE_RE.exec(name);
-      if (spare !== null) {
-        // Ours to write over; another slot's (taken by slot 0) is not needed.
-        const seq = Number(spare[2]);
-        if (Number(spare[1]) === this.slot) {
-          this.nextSeq = Math.max(this.nextSeq, seq + 1);
-          if (this.spares.length < MAX_SPARES) this.spares.push({ path: join(this.dir, name), map: null });
-          else unlinkIfThere(files, join(this.dir, name));
-        } else if (ours(Number(spare[1]))) unlinkIfThere(files, join(this.dir, name));
+      const m = SLOT_FILE_RE.exec(name);
+      if (m === null) {
+        const l = LEGACY_RE.exec(name);
+        if (l !== null && ours(Number(l[1]))) legacy.push(name);
         continue;
       }
-      const m = FILE_RE.exec(name);
-      if (m !== null) {
-        const slot = Number(m[1]);
-        const seq = Number(m[2]);
-        if (slot === this.slot) this.nextSeq = Math.max(this.nextSeq, seq + 1);
-        if (ours(slot)) found.push({ slot, seq, name });
+      const slot = Number(m[1]);
+      const seq = Number(m[2]);
+      if (slot === this.slot) this.nextSeq = Math.max(this.nextSeq, seq + 1);
+      if (!ours(slot)) continue;
+      if (m[3] === 'wal') {
+        found.push({ slot, seq, name });
+        walSeqs.add(`${slot}.${m[2]}`);
+      } else if (m[3] === 'spare') {
+        // Not written over: after a power cut a spare may hold records of a higher number than its
+        // name (a rename to its next use that did not reach the disk), and a new segment of that
+        // number written over it would read them back as its own. Spares are this process's only.
+        unlinkIfThere(files, join(this.dir, name));
+      }
+    }
+    for (const name of names) {
+      // Marks without their segment (it was deleted, or its name did not survive a power cut).
+      const m = SLOT_FILE_RE.exec(name);
+      if (m !== null && (m[3] === 'done' || m[3] === 'acks') && ours(Number(m[1])) && !walSeqs.has(`${m[1]}.${m[2]}`)) unlinkIfThere(files, join(this.dir, name));
+    }
+    // An earlier version's spill files first (their points are the oldest), read where they are:
+    // written into a segment instead, a crash between that and their deletion gave their points back twice.
+    for (const name of legacy.sort()) {
+      const path = join(this.dir, name);
+      let buf: Buffer;
+      try {
+        buf = files.readFile(path);
+      } catch {
         continue;
       }
-      const l = LEGACY_RE.exec(name);
-      if (l !== null && ours(Number(l[1]))) legacy.push(name);
+      const segment: Segment = {
+        seq: -1, slot: this.slot, path, fd: null, map: null, capacity: buf.byteLength, bytes: buf.byteLength, records: 0, done: 0, sealed: true, recovered: true, spill: true, marks: [], marksFd: null, doneBefore: new Set(),
+      };
+      for (const record of readLegacySpill(buf, (at, what) => this.corrupt(path, at, what))) {
+        this.recoveredQueue.push({ segment, index: segment.records++, record });
+        this.recoveredLeft++;
+      }
+      this.segments.push(segment);
+      this.heldBytes += segment.bytes;
+      if (segment.records === 0) this.deleteIfDone(segment);
     }
     found.sort((a, b) => a.slot - b.slot || a.seq - b.seq);
     for (const f of found) {
@@ -203,27 +235,14 @@ export class Journal {
       // A mapped segment's file is longer than its records: the records' bytes are what the limit counts.
       const { records, bytes } = countRecords(files, path, f.seq);
       const segment: Segment = {
-        seq: f.seq, slot: f.slot, path, fd: null, map: null, capacity: bytes, bytes, records: 0, done: 0, sealed: false, recovered: true, marks: [], marksFd: null,
-        doneBefore: readMarks(files, marksPath(path)),
+        seq: f.seq, slot: f.slot, path, fd: null, map: null, capacity: bytes, bytes, records: 0, done: 0, sealed: false, recovered: true, spill: false, marks: [], marksFd: null,
+        doneBefore: readMarks(files, path, f.seq),
       };
       this.segments.push(segment);
       this.toRecover.push(segment);
       this.heldBytes += bytes;
       this.recoveredLeft += Math.max(0, records - segment.doneBefore.size);
     }
-    // The spill journal of an earlier version: its points go into this journal (on the disk in
-    // JOURNAL_SYNC=disk mode), then its files go; they are produced again as recovered records are.
-    if (legacy.length === 0) return;
-    for (const name of legacy.sort()) {
-      const path = join(this.dir, name);
-      for (const record of readLegacySpill(files.readFile(path), (at, what) => this.corrupt(path, at, what))) {
-        const { segment, index } = this.write(record, record.timestamp);
-        this.recoveredQueue.push({ segment, index, record });
-        this.recoveredLeft++;
-      }
-    }
-    if (this.active?.fd != null) files.datasyncSync(this.active.fd);
-    for (const name of legacy) files.unlink(join(this.dir, name));
   }
 
   // ---- appending ------------------------------------------------------------------------------
@@ -327,7 +346,7 @@ export class Journal {
       // file's blocks), and its records are written one by one until the disk refuses one.
       if (map === null && spare === undefined) ftruncateQuietly(this.files, fd);
     }
-    const segment: Segment = { seq, slot: this.slot, path, fd, map, capacity: map === null ? SEGMENT_MAX_BYTES : capacity, bytes: 0, records: 0, done: 0, sealed: false, recovered: false, marks: [], marksFd: null, doneBefore: new Set() };
+    const segment: Segment = { seq, slot: this.slot, path, fd, map, capacity: map === null ? SEGMENT_MAX_BYTES : capacity, bytes: 0, records: 0, done: 0, sealed: false, recovered: false, spill: false, marks: [], marksFd: null, doneBefore: new Set() };
     this.segments.push(segment);
     this.active = segment;
     this.commits?.dirChanged();
@@ -401,11 +420,15 @@ export class Journal {
   flushMarks(): void {
     for (const segment of this.segments) {
       if (segment.marks.length === 0) continue;
-      const marks = Uint32Array.from(segment.marks);
+      if (segment.spill) {
+        segment.marks = []; // a spill file has no marks: produced again after a crash, a duplicate
+        continue;
+      }
+      const marks = encodeMarks(segment.seq, segment.marks);
       segment.marks = [];
       try {
         segment.marksFd ??= this.files.openAppend(marksPath(segment.path));
-        this.files.append(segment.marksFd, new Uint8Array(marks.buffer));
+        this.files.append(segment.marksFd, marks);
       } catch {
         // A mark not written costs a duplicate after a restart, never a point: not worth a refusal.
       }
@@ -417,11 +440,13 @@ export class Journal {
     if (segment.fd !== null) this.files.close(segment.fd);
     segment.fd = null;
     closeMarks(this.files, segment);
-    unlinkIfThere(this.files, marksPath(segment.path));
-    // Kept to be written over, if it is this slot's and the spares are not all there.
+    if (!segment.spill) unlinkIfThere(this.files, marksPath(segment.path));
+    if (segment.recovered && !segment.spill) unlinkIfThere(this.files, marksPath(segment.path, LEGACY_MARKS_SUFFIX));
+    // Kept to be written over, if this process wrote it (the constructor says why not otherwise) and
+    // the spares are not all there.
     const map = segment.map;
     segment.map = null;
-    if (segment.slot === this.slot && this.spares.length < MAX_SPARES && this.writeFailure === null) {
+    if (!segment.recovered && segment.slot === this.slot && this.spares.length < MAX_SPARES && this.writeFailure === null) {
       const spare = segment.path.slice(0, -'.wal'.length) + '.spare';
       try {
         this.files.rename(segment.path, spare);
@@ -613,20 +638,23 @@ function closeMarks(files: JournalFiles, segment: Segment): void {
   segment.marksFd = null;
 }
 
-function marksPath(walPath: string): string {
-  return walPath.slice(0, -'.wal'.length) + '.acks';
+function marksPath(walPath: string, suffix = MARKS_SUFFIX): string {
+  return walPath.slice(0, -'.wal'.length) + suffix;
 }
 
-function readMarks(files: JournalFiles, path: string): Set<number> {
-  let buf: Buffer;
-  try {
-    buf = files.readFile(path);
-  } catch {
-    return new Set();
-  }
-  const marks = new Set<number>();
-  for (let at = 0; at + 4 <= buf.byteLength; at += 4) marks.add(buf.readUInt32LE(at));
-  return marks;
+/** The records of segment `seq` (file `walPath`) marked done: its .done file, and an earlier version's .acks. */
+function readMarks(files: JournalFiles, walPath: string, seq: number): Set<number> {
+  const read = (path: string): Buffer | null => {
+    try {
+      return files.readFile(path);
+    } catch {
+      return null;
+    }
+  };
+  const done = decodeMarks(read(marksPath(walPath)) ?? Buffer.alloc(0), seq);
+  const legacy = read(marksPath(walPath, LEGACY_MARKS_SUFFIX));
+  if (legacy !== null) for (const index of decodeLegacyMarks(legacy)) done.add(index);
+  return done;
 }
 
 function unlinkIfThere(files: JournalFiles, path: string): void {

@@ -9,6 +9,7 @@ import { crc32 } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { Journal, JournalError, SEGMENT_MAX_BYTES } from '../../../src/journal/journal.js';
 import { mappableFileSystem } from '../../../src/journal/native.js';
+import { decodeMarks, encodeMarks } from '../../../src/journal/marks.js';
 import { readRecord, RECORD_MAGIC_V1, recordBytes, type JournalBatch } from '../../../src/journal/record.js';
 import { encodePoints } from '../../../src/track-point/encode.js';
 import { messagesOf } from '../../../support/messages.js';
@@ -146,8 +147,29 @@ describe('Journal', () => {
     expect(journal.acknowledged(r.id, 1)).toBe(r);
     expect(journal.records).toBe(0);
     journal.flushMarks();
-    const marks = readdirSync(d).find((n) => n.endsWith('.acks'))!;
-    expect([...new Uint32Array(Uint8Array.from(readFileSync(join(d, marks))).buffer)]).toEqual([r.index]);
+    const marks = readdirSync(d).find((n) => n.endsWith('.done'))!;
+    expect(decodeMarks(readFileSync(join(d, marks)), 0)).toEqual(new Set([r.index]));
+  });
+
+  it('reads a mark as done only when its check holds: zeros or a torn mark cost a duplicate, never the record (marks.ts)', () => {
+    const d = dir();
+    const { journal: first } = open(d);
+    const records = ['a', 'b', 'c'].map((t) => first.append(batch(t, 1), 1));
+    first.acknowledged(records[1]!.id, 1);
+    first.flushMarks();
+    first.close();
+    // What a power cut may leave of marks never synced: the file's size kept over data that was not
+    // (zeros, which once read as "record 0 is done"), and a mark torn in half.
+    const marks = join(d, readdirSync(d).find((n) => n.endsWith('.done'))!);
+    const good = readFileSync(marks);
+    const torn = Buffer.from(encodeMarks(0, [2]));
+    torn.writeUInt16LE(0, 6);
+    writeFileSync(marks, Buffer.concat([good, Buffer.alloc(8), torn]));
+    const { journal } = open(d);
+    expect(recovered(journal).map((r) => r.keys[0])).toEqual(['a-0', 'c-0']);
+    // And the marks of an earlier version (bare u32 indexes in .acks) are still read.
+    writeFileSync(marks.replace(/\.done$/, '.acks'), Buffer.from(Uint32Array.of(0).buffer));
+    expect(recovered(open(d).journal).map((r) => r.keys[0])).toEqual(['c-0']);
   });
 
   it('after a crash, gives back every record not marked done, in order, with its timestamp, and deletes the files once those are done', () => {
@@ -247,7 +269,7 @@ describe('Journal', () => {
     expect(cut.journal.corruptRecords).toBe(1);
   });
 
-  it('imports the spill files of an earlier version, as records to produce again, and removes them', () => {
+  it('reads the spill files of an earlier version where they are, as records to produce again, and removes each once its records are done', () => {
     const d = dir();
     const legacy = (key: string, value: string, ts: number) => {
       const body = Buffer.alloc(16 + key.length + value.length);
@@ -267,6 +289,12 @@ describe('Journal', () => {
       ['k1', 11, '{"v":1}'],
       ['k2', 12, '{"v":2}'],
     ]);
+    // Still there until Kafka has both: a crash now produces them again, from the same file.
+    expect(readdirSync(d).filter((n) => n.endsWith('.spill'))).toEqual(['worker-0.000000000003.spill']);
+    expect(journal.acknowledged(again[0]!.inFlight.id, 1)).not.toBeNull();
+    journal.flushMarks();
+    expect(readdirSync(d).filter((n) => !n.endsWith('.spill'))).toEqual([]); // a spill file gets no marks
+    expect(journal.acknowledged(again[1]!.inFlight.id, 1)).not.toBeNull();
     expect(readdirSync(d).some((n) => n.endsWith('.spill'))).toBe(false);
   });
 

@@ -1,0 +1,344 @@
+// The power-cut property of the write-ahead journal, checked at every step of a seeded workload
+// (test/unit/journal/power-cut.test.ts runs it; the mutation tests run it on broken copies of the
+// journal to show that it fails).
+//
+// A workload drives a journal on a crashable file system (crashable-files.ts) the way the producer
+// does: appends of 1 to 10,000 points, each answered once its group commit completed (JOURNAL_SYNC=disk)
+// or at once (process); acknowledgements, whole and in parts, and their marks; segment roll-over and
+// spare reuse (small segments); a full journal and a disk that refuses writes; close and reopen; power
+// cuts it carries on from. After every file operation it cuts the power several times (one cut keeps
+// nothing that was not synced, the others are drawn at random), recovers a journal from each image
+// and checks:
+//   - recovery does not throw;
+//   - every record whose commit completed (its request had a 202) and that Kafka has not acknowledged
+//     comes back, byte for byte, with its timestamp;
+//   - nothing comes back that was never written, nothing twice, and in the order it was written;
+//   - a record marked done may come back (a duplicate, counted by the producer as possible), never
+//     costs another record;
+// and, now and then, damages a record of the image (a flipped byte, a torn end) and checks that the
+// damaged record is counted and skipped, and the others still come back.
+import { crc32 } from 'node:zlib';
+import { JournalError, type Journal as JournalType, type JournalOptions } from '../../src/journal/journal.js';
+import { readRecord, RECORD_HEADER_BYTES, recordBytes, type JournalBatch, type JournalRecord } from '../../src/journal/record.js';
+import { encodePoints } from '../../src/track-point/encode.js';
+import { messagesOf } from '../../support/messages.js';
+import { CrashableFiles, seeded, type CutKind } from './crashable-files.js';
+
+export type JournalClass = new (opts: JournalOptions) => JournalType;
+
+export interface WorkloadOptions {
+  Journal: JournalClass;
+  seed: number;
+  sync: 'disk' | 'process';
+  /** Actions of the workload (each makes zero or more file operations). */
+  actions: number;
+  /** Power cuts drawn after each file operation. */
+  draws: number;
+  /** Process mode: offer mappings (the journal then copies records into them). */
+  mappable?: boolean;
+}
+
+export interface WorkloadResult {
+  /** File operations after which the power was cut. */
+  cutPoints: number;
+  recoveries: number;
+  /** The first violation, with what replays it; null when every check held. */
+  violation: string | null;
+  /** Counts of what the workload did, to see that it did it. */
+  did: Record<string, number>;
+  /** Process mode: the most records answered 202 that one power cut lost. */
+  lostToPowerCuts: number;
+}
+
+const DIR = '/journal';
+const MAX_BYTES = [64 * 1024, 256 * 1024, 4 * 1024 * 1024];
+
+interface Written {
+  readonly batch: JournalBatch;
+  readonly timestamp: number;
+}
+
+class Violation extends Error {}
+
+/** A request of `n` points whose keys name record `id` (`r<id>-<i>`), as the producer hands it over. */
+function batchFor(id: number, points: number, random: () => number): JournalBatch {
+  const e = encodePoints(
+    Array.from({ length: points }, (_, i) => ({ container_id: `r${id}-${i}`, lat: Math.round(random() * 180 - 90), lon: i % 180, timestamp: '2024-05-01T12:00:00Z', speed: i })),
+  );
+  return { count: e.count, data: Buffer.from(e.data), messages: e.messages.slice() };
+}
+
+/** The record id a recovered record names, or null. */
+function idOf(record: JournalBatch): number | null {
+  const key = messagesOf({ ...record, count: Math.min(record.count, 1) }).keys[0];
+  const m = key === undefined ? null : /^r(\d+)-0$/.exec(key);
+  return m === null ? null : Number(m[1]);
+}
+
+function sameRecord(a: JournalRecord, b: Written): boolean {
+  return (
+    a.count === b.batch.count &&
+    a.timestamp === b.timestamp &&
+    Buffer.from(a.data.buffer, a.data.byteOffset, a.data.byteLength).equals(Buffer.from(b.batch.data.buffer, b.batch.data.byteOffset, b.batch.data.byteLength)) &&
+    Buffer.from(a.messages.buffer, a.messages.byteOffset, 16 * a.count).equals(Buffer.from(b.batch.messages.buffer, b.batch.messages.byteOffset, 16 * b.batch.count))
+  );
+}
+
+/** A seed for one draw of one cut, apart from the workload's own stream: a failure replays exactly. */
+const drawSeed = (seed: number, step: number, draw: number) => (Math.imul(seed ^ 0x9e3779b9, 2654435761) + Math.imul(step, 40503) + draw * 7919) >>> 0;
+
+export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult> {
+  const { Journal, seed, sync, draws } = opts;
+  const random = seeded(seed);
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(random() * xs.length)]!;
+  const maxBytes = pick(MAX_BYTES);
+  const did: Record<string, number> = {};
+  const count = (what: string) => (did[what] = (did[what] ?? 0) + 1);
+  const written = new Map<number, Written>();
+  const promised = new Set<number>();
+  const done = new Set<number>();
+  /** Journal id → record id, for what is in flight in the live journal. */
+  let inFlight = new Map<number, number>();
+  let nextId = 0;
+  let life = 0;
+  let cutPoints = 0;
+  let recoveries = 0;
+  let lastStep = 'none';
+
+  const open = (files: CrashableFiles) =>
+    new Journal({ dir: DIR, slot: 0, slots: 1, maxBytes, sync, syncIntervalMs: 0, files, onCorrupt: () => {} });
+
+  /** Recovers a journal from `files`; checks what it gives back. Returns the ids in order and the journal. */
+  let lostToPowerCuts = 0;
+  /**
+   * Recovers a journal from `files`; checks what it gives back. `mayLose`: process mode after a power
+   * cut, where a 202 promised nothing of the disk (counted instead).
+   */
+  const recover = (files: CrashableFiles, where: string, mayLose = false): { ids: number[]; journal: JournalType; records: { id: number; inFlightId: number }[] } => {
+    recoveries++;
+    let journal: JournalType;
+    let got: ReturnType<JournalType['nextRecovered']>;
+    try {
+      journal = open(files);
+      got = journal.nextRecovered(Number.MAX_SAFE_INTEGER);
+    } catch (err) {
+      throw new Violation(`${where}: recovery threw: ${(err as Error).stack}`);
+    }
+    const ids: number[] = [];
+    const records: { id: number; inFlightId: number }[] = [];
+    for (const { record, inFlight: f } of got) {
+      const id = idOf(record);
+      const original = id === null ? undefined : written.get(id);
+      if (id === null || original === undefined) throw new Violation(`${where}: recovery gave back a record that was never written (first key ${messagesOf({ ...record, count: Math.min(1, record.count) }).keys[0]})`);
+      if (!sameRecord(record, original)) throw new Violation(`${where}: record r${id} came back changed (${record.count} points, timestamp ${record.timestamp}; written: ${original.batch.count}, ${original.timestamp})`);
+      if (ids.length > 0 && id <= ids[ids.length - 1]!) throw new Violation(`${where}: record r${id} came back after r${ids[ids.length - 1]} (out of order, or twice)`);
+      ids.push(id);
+      records.push({ id, inFlightId: f.id });
+    }
+    const back = new Set(ids);
+    const lost = [...promised].filter((id) => !done.has(id) && !back.has(id));
+    if (mayLose) lostToPowerCuts = Math.max(lostToPowerCuts, lost.length);
+    else if (lost.length > 0) throw new Violation(`${where}: ${lost.length} record(s) answered 202 and not acknowledged by Kafka did not come back: r${lost.slice(0, 10).join(', r')}`);
+    return { ids, journal: journal!, records };
+  };
+
+  /** Damages one record of the image (a flipped byte in its data, or the file torn inside it): it must be counted and skipped, the rest still come back. */
+  const damage = (image: CrashableFiles, before: number[], where: string) => {
+    const files = image.list(DIR).filter((n) => n.endsWith('.wal'));
+    if (files.length === 0) return;
+    const name = pick(files);
+    const path = `${DIR}/${name}`;
+    const bytes = Buffer.from(image.bytesOf(path)!);
+    const seq = Number(/\.(\d+)\.wal$/.exec(name)![1]);
+    const chain: { at: number; bytes: number; id: number | null }[] = [];
+    for (let at = 0; ; ) {
+      const r = readRecord(bytes, at, bytes.byteLength - at, seq);
+      if (r.kind !== 'record') break;
+      chain.push({ at, bytes: r.bytes, id: idOf(r.record) });
+      at += r.bytes;
+    }
+    if (chain.length === 0) return;
+    const torn = random() < 0.5;
+    const victim = torn ? chain[chain.length - 1]! : pick(chain);
+    let damaged: Buffer;
+    if (torn) damaged = bytes.subarray(0, victim.at + 1 + Math.floor(random() * (victim.bytes - 1)));
+    else {
+      const at = victim.at + RECORD_HEADER_BYTES + Math.floor(random() * (victim.bytes - RECORD_HEADER_BYTES));
+      damaged = Buffer.from(bytes);
+      damaged[at] = damaged[at]! ^ (1 + Math.floor(random() * 255));
+    }
+    const hurt = image.cut(() => 0, 'everything');
+    hurt.setBytes(path, damaged);
+    const undamaged = open(image);
+    undamaged.nextRecovered(Number.MAX_SAFE_INTEGER);
+    const what = `${where}, ${torn ? 'torn' : 'a byte flipped'} in ${name} at record r${victim.id}`;
+    const saved = [...promised];
+    // The damaged record is no longer the journal's to give back: it is not a loss of the journal's.
+    if (victim.id !== null) promised.delete(victim.id);
+    try {
+      const after = recover(hurt, what);
+      // A flipped byte adds one; a torn end cuts off what came after the record, damage included.
+      if (torn ? after.journal.corruptRecords < 1 : after.journal.corruptRecords !== undamaged.corruptRecords + 1) {
+        throw new Violation(`${what}: ${after.journal.corruptRecords} corrupt records counted, ${undamaged.corruptRecords} without the damage: the damaged record was not counted`);
+      }
+      if (victim.id !== null && after.ids.includes(victim.id)) throw new Violation(`${what}: the damaged record came back`);
+      const missing = before.filter((id) => id !== victim.id && !after.ids.includes(id));
+      if (missing.length > 0) throw new Violation(`${what}: records after the damaged one no longer came back: r${missing.join(', r')}`);
+    } finally {
+      for (const id of saved) promised.add(id);
+    }
+    count('damaged');
+  };
+
+  let violation: string | null = null;
+  const onStep = (step: number, what: string) => {
+    if (process.env.POWER_CUT_TRACE) console.log(`step ${step}: ${what}; promised ${[...promised].filter((id) => !done.has(id)).join(',')}`);
+    try {
+      cutAt(step, what);
+    } catch (err) {
+      // Thrown where a sync completed (the loop's turn): kept for the workload to return.
+      if (!(err instanceof Violation)) throw err;
+      violation ??= err.message;
+      files.onStep = undefined;
+    }
+  };
+  const cutAt = (step: number, what: string) => {
+    lastStep = `step ${step} (${what})`;
+    cutPoints++;
+    for (let draw = 0; draw < draws; draw++) {
+      // Disk mode: the harshest cut first. Process mode: first a crash of the process alone (the page
+      // cache survives: nothing may be lost), then power cuts (what they lose is counted, not refused).
+      const kind: CutKind = draw === 0 ? (sync === 'disk' ? 'nothing' : 'everything') : draw === 1 && sync === 'process' ? 'nothing' : 'random';
+      const drawRandom = seeded(drawSeed(seed, step, draw));
+      const image = files.cut(drawRandom, kind);
+      const pristine = draw === draws - 1 && drawRandom() < 0.1 ? image.cut(drawRandom, 'everything') : null;
+      const where = `seed ${seed}, power cut after ${lastStep}, draw ${draw} (${kind}; POWER_CUT_SEED=${seed} replays it)`;
+      const { ids } = recover(image, where, sync === 'process' && kind !== 'everything');
+      if (pristine !== null) damage(pristine, ids.filter((id) => !done.has(id) && promised.has(id)), where);
+    }
+  };
+
+  let files = new CrashableFiles({ onStep, mappable: opts.mappable });
+  files.makeDir(DIR);
+  // Some workloads start where an earlier version left its spill journal: its points had their 202,
+  // and the journal imports them at open (every step of the import is a cut point too).
+  if (random() < 0.25) {
+    const parts: Buffer[] = [];
+    for (let i = 0, n = 1 + Math.floor(random() * 6); i < n; i++) {
+      const id = nextId++;
+      const batch = batchFor(id, 1, random);
+      const timestamp = 1_600_000_000_000 + id;
+      written.set(id, { batch, timestamp });
+      promised.add(id);
+      const m = batch.messages;
+      const value = Buffer.from(batch.data.subarray(m[0], m[1]));
+      const key = Buffer.from(batch.data.subarray(m[2], m[3]));
+      const head = Buffer.alloc(20);
+      head.writeUInt32LE(key.byteLength, 4);
+      head.writeUInt32LE(value.byteLength, 8);
+      head.writeDoubleLE(timestamp, 12);
+      const body = Buffer.concat([head.subarray(4), key, value]);
+      head.writeUInt32LE(crc32(body), 0);
+      parts.push(head.subarray(0, 4), body);
+    }
+    files.setBytes(`${DIR}/worker-0.000000000001.spill`, Buffer.concat(parts));
+    count('legacy spill imported');
+  }
+  let journal = open(files);
+
+  /** After a restart (close and reopen, or a power cut): what came back is in flight again. */
+  const adopt = (records: { id: number; inFlightId: number }[]) => {
+    inFlight = new Map(records.map((r) => [r.inFlightId, r.id]));
+  };
+
+  const append = (): void => {
+    const big = random() < 0.04;
+    const points = big ? 1000 + Math.floor(random() * 9001) : random() < 0.8 ? 1 + Math.floor(random() * 5) : 6 + Math.floor(random() * 195);
+    const id = nextId++;
+    const batch = batchFor(id, points, random);
+    const timestamp = 1_700_000_000_000 + id;
+    if (!journal.fits(recordBytes(batch))) {
+      count('journal full');
+      return;
+    }
+    written.set(id, { batch, timestamp });
+    let record;
+    try {
+      record = journal.append(batch, timestamp);
+    } catch (err) {
+      if (!(err instanceof JournalError)) throw err;
+      count('write refused');
+      return;
+    }
+    count(points >= 1000 ? 'append 1000+' : 'append');
+    inFlight.set(record.id, id);
+    if (sync === 'process') promised.add(id);
+    else {
+      const at = life;
+      journal.afterCommit((err) => {
+        if (err === null && at === life) promised.add(id);
+      });
+    }
+  };
+
+  const acknowledge = () => {
+    if (inFlight.size === 0) return;
+    const jid = pick([...inFlight.keys()]);
+    const r = journal.get(jid);
+    if (r === undefined) return;
+    const n = random() < 0.7 ? r.remaining : 1 + Math.floor(random() * r.remaining);
+    // Kafka has the record once its last point is acknowledged, before the journal hears of it: from
+    // then on it may be gone from the disk at any step of acknowledged().
+    const id = inFlight.get(jid)!;
+    if (n === r.remaining) done.add(id);
+    if (journal.acknowledged(jid, n) !== null) {
+      if (!done.has(id)) throw new Error(`the journal took record r${id} for done before all its points were acknowledged`);
+      inFlight.delete(jid);
+      count('acknowledged');
+    }
+  };
+
+  try {
+    for (let i = 0; i < opts.actions && violation === null; i++) {
+      const r = random();
+      if (r < 0.4) append();
+      else if (r < 0.65) acknowledge();
+      else if (r < 0.75) journal.flushMarks();
+      else if (r < 0.88) await new Promise((resolve) => setImmediate(resolve));
+      else if (r < 0.91) {
+        files.capacity = files.usedBytes() + Math.floor(random() * 64 * 1024);
+        count('disk nearly full');
+      } else if (r < 0.95) files.capacity = Infinity;
+      else if (r < 0.975) {
+        // An orderly restart: close (disk mode: syncs and answers what waited), then reopen.
+        journal.close();
+        life++;
+        const { journal: next, records } = recover(files, `seed ${seed}, reopened after a close at ${lastStep}`);
+        journal = next;
+        adopt(records);
+        count('closed and reopened');
+      } else {
+        // A power cut the workload carries on from: one image, recovered, written to again.
+        const image = files.cut(seeded(drawSeed(seed, files.stepCount, 99)), 'random');
+        files.onStep = undefined;
+        life++;
+        files = image;
+        files.onStep = onStep;
+        const { journal: next, records } = recover(files, `seed ${seed}, restarted after a power cut at ${lastStep}`, sync === 'process');
+        journal = next;
+        adopt(records);
+        for (const id of promised) if (!records.some((x) => x.id === id)) promised.delete(id); // acknowledged before, and gone
+        count('power cut and restart');
+      }
+    }
+    // Let the last commits complete (their steps are cut points too).
+    while (files.syncing) await new Promise((resolve) => setImmediate(resolve));
+    if (violation !== null) throw new Violation(violation);
+  } catch (err) {
+    if (err instanceof Violation) return { cutPoints, recoveries, violation: err.message, did, lostToPowerCuts };
+    throw err;
+  } finally {
+    files.onStep = undefined;
+  }
+  return { cutPoints, recoveries, violation: null, did, lostToPowerCuts };
+}
