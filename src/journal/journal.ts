@@ -77,6 +77,8 @@ export interface JournalOptions {
   mapSegments?: boolean;
   /** Every file operation goes through here: the disk (the default), or a test's crashable file system. */
   files?: JournalFiles;
+  /** A segment's size (SEGMENT_MAX_BYTES): the power-cut tests make it small, to roll segments over often. */
+  segmentBytes?: number;
 }
 
 interface Segment {
@@ -133,7 +135,9 @@ export class Journal {
   private readonly spares: { path: string; map: Uint8Array | null }[] = [];
   /** The file system when segments are mapped (JOURNAL_SYNC=process, and see native.ts), else null. */
   readonly mappedOn: string | null;
-  /** A new segment's capacity: SEGMENT_MAX_BYTES, or JOURNAL_MAX_BYTES when smaller. */
+  /** A segment's size: SEGMENT_MAX_BYTES unless the options say otherwise. */
+  private readonly segmentMaxBytes: number;
+  /** A new mapped segment's capacity: that, or JOURNAL_MAX_BYTES when smaller (it is allocated whole). */
   private readonly segmentBytes: number;
   private nextSeq = 0;
   private nextId = 0;
@@ -173,11 +177,12 @@ export class Journal {
     }
     // In disk mode a mapped page written after its fdatasync faults again (12 against 5 µs a record, measured): pwritev there.
     this.mappedOn = opts.sync === 'process' && opts.mapSegments !== false ? files.mappable(this.dir) : null;
-    this.segmentBytes = Math.min(SEGMENT_MAX_BYTES, opts.maxBytes);
+    this.segmentMaxBytes = opts.segmentBytes ?? SEGMENT_MAX_BYTES;
+    this.segmentBytes = Math.min(this.segmentMaxBytes, opts.maxBytes);
     const ours = (slot: number) => slot === this.slot || (this.slot === 0 && slot >= opts.slots);
     // Sequence numbers go on from the highest any file of this slot has, marks included: after a power
     // cut a segment's name may be gone while its marks are not, and a new segment of that number would
-    // take them for its own (the power-cut test lost a record that way, seed 42).
+    // take them for its own (the power-cut test lost a record that way, seed 87).
     const found: { slot: number; seq: number; name: string }[] = [];
     const walSeqs = new Set<string>();
     const legacy: string[] = [];
@@ -346,7 +351,7 @@ export class Journal {
       // file's blocks), and its records are written one by one until the disk refuses one.
       if (map === null && spare === undefined) ftruncateQuietly(this.files, fd);
     }
-    const segment: Segment = { seq, slot: this.slot, path, fd, map, capacity: map === null ? SEGMENT_MAX_BYTES : capacity, bytes: 0, records: 0, done: 0, sealed: false, recovered: false, spill: false, marks: [], marksFd: null, doneBefore: new Set() };
+    const segment: Segment = { seq, slot: this.slot, path, fd, map, capacity: map === null ? Math.max(this.segmentMaxBytes, bytes) : capacity, bytes: 0, records: 0, done: 0, sealed: false, recovered: false, spill: false, marks: [], marksFd: null, doneBefore: new Set() };
     this.segments.push(segment);
     this.active = segment;
     this.commits?.dirChanged();

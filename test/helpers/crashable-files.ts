@@ -142,6 +142,7 @@ export class CrashableFiles implements JournalFiles {
   capacity: number;
   onStep: CrashableOptions['onStep'];
   private readonly mappableFs: boolean;
+  private readonly mappings = new WeakMap<Uint8Array, Inode>();
 
   constructor(opts: CrashableOptions = {}) {
     this.onStep = opts.onStep;
@@ -393,11 +394,16 @@ export class CrashableFiles implements JournalFiles {
       this.step(`fallocate ${split(f.path).name} ${bytes} bytes`);
     }
     f.inode.mapped = true;
-    return new Uint8Array(f.inode.data.buffer, f.inode.data.byteOffset, bytes);
+    const view = new Uint8Array(f.inode.data.buffer, f.inode.data.byteOffset, bytes);
+    this.mappings.set(view, f.inode);
+    return view;
   }
 
-  unmap(): void {
-    // The memory stays the file's: nothing to do (a real unmap loses nothing either).
+  unmap(map: Uint8Array): void {
+    // What was copied in stays the file's (a real unmap loses nothing either); the file may be resized again.
+    const inode = this.mappings.get(map);
+    if (inode !== undefined) inode.mapped = false;
+    this.mappings.delete(map);
   }
 
   // ---- power cuts -----------------------------------------------------------------------------

@@ -1,0 +1,72 @@
+// The power-cut harness can fail: each test here breaks the journal in one way a durable store can be
+// broken, in a copy of src/journal made for the test (production code has no switch for it), and
+// shows the harness catching it. A mutation that no longer applies (the code it breaks changed) fails
+// the test too, so that the harness is never left unchecked.
+import { cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { REPO_ROOT } from '../../../support/repo-root.js';
+import { runWorkload, type JournalClass } from '../../helpers/power-cut.js';
+
+interface Mutant {
+  readonly name: string;
+  readonly file: string;
+  readonly from: string;
+  readonly to: string;
+}
+
+const MUTANTS: readonly Mutant[] = [
+  {
+    name: 'a commit answered before its fdatasync',
+    file: 'group-commit.ts',
+    from: '    this.lastCommitAt = started;\n    const waiters = this.waiters;\n',
+    to: '    this.lastCommitAt = started;\n    for (const w of this.waiters.splice(0)) w(null);\n    const waiters: CommitDone[] = [];\n',
+  },
+  {
+    name: 'no directory fsync after a segment is created',
+    file: 'journal.ts',
+    from: '    this.active = segment;\n    this.commits?.dirChanged();\n',
+    to: '    this.active = segment;\n',
+  },
+  {
+    name: 'a mark written before its record is acknowledged',
+    file: 'journal.ts',
+    from: '    const { segment, index } = this.write(batch, timestamp);\n    return this.track(',
+    to: '    const { segment, index } = this.write(batch, timestamp);\n    segment.marks.push(index);\n    return this.track(',
+  },
+  {
+    name: "a spare's stale record read as current (the segment number not checked)",
+    file: 'record.ts',
+    from: "  if (!isRecordMagic(magic) || buf.readUInt32LE(at + 16) !== segment) return { kind: 'end' };",
+    to: "  if (!isRecordMagic(magic)) return { kind: 'end' };",
+  },
+];
+
+const WORK = join(REPO_ROOT, '.run', 'mutants');
+afterAll(() => rmSync(WORK, { recursive: true, force: true }));
+
+/** src/journal copied with one mutation applied; its Journal class. */
+async function mutantJournal(m: Mutant, slug: string): Promise<JournalClass> {
+  const dir = join(WORK, slug, 'journal');
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  cpSync(join(REPO_ROOT, 'src', 'journal'), dir, { recursive: true });
+  const path = join(dir, m.file);
+  const source = readFileSync(path, 'utf8');
+  expect(source.split(m.from).length - 1, `the code "${m.name}" breaks is in src/journal/${m.file} once`).toBe(1);
+  writeFileSync(path, source.replace(m.from, m.to));
+  return ((await import(pathToFileURL(join(dir, 'journal.ts')).href)) as { Journal: JournalClass }).Journal;
+}
+
+describe('the power-cut harness catches', () => {
+  it.each(MUTANTS.map((m, i) => ({ ...m, slug: `m${i}` })))('$name', { timeout: 300_000 }, async (m) => {
+    const Journal = await mutantJournal(m, m.slug);
+    let caught: string | null = null;
+    for (let seed = 1; seed <= 40 && caught === null; seed++) {
+      caught = (await runWorkload({ Journal, seed, sync: 'disk', actions: 250, draws: 3 })).violation;
+    }
+    console.log(`${m.name}: ${caught}`);
+    expect(caught).not.toBeNull();
+  });
+});
