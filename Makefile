@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help install build run gateway test test-faults test-image test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench bench-floor bench-cpu bench-gateway bench-replay clean
+.PHONY: help install build run gateway test test-faults test-image test-node24 test-node22-smoke test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench bench-floor bench-cpu bench-journal bench-gateway bench-replay clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -25,8 +25,14 @@ test: build ## every test against a real broker (started and stopped when none i
 test-faults: build ## the fault tests alone: a 3-broker cluster (started and stopped), brokers and workers killed under load
 	@scripts/test.sh test/faults
 
-test-image: build ## the Dockerfile's build steps without Docker, then the result served as non-root (minutes)
+test-image: build ## the image's root without Docker (Debian 13, Node 24, the Dockerfile's steps), then the service started from it as non-root (minutes the first time)
 	@RUN_IMAGE_BUILD_TEST=1 scripts/test.sh test/integration/image-build.test.ts
+
+test-node24: ## make test on Node 24 inside the image's Debian 13 root (.cache/debian13-node24, made the first time: minutes)
+	@scripts/test-in-root.sh
+
+test-node22-smoke: ## the smoke test (test/smoke) on Node 22 inside the same root
+	@scripts/test-in-root.sh --smoke 22
 
 test-unit: install ## the unit tests alone (no broker needed)
 	@npx vitest run test/unit
@@ -63,6 +69,10 @@ bench-cpu: build ## CPU per point of the service under wrk, 1 worker, 100/10/1 p
 	@npx tsc -p .
 	@scripts/need-packages.sh wrk:wrk $(JEMALLOC)
 	@scripts/with-broker.sh node dist/bench/cpu.js
+
+bench-journal: build ## the journal's own CPU per point (append, acknowledgements, marks), both JOURNAL_SYNC modes, no broker (JOURNAL_COMPARE=other/dist/src/journal/journal.js: side by side)
+	@npx tsc -p .
+	@node dist/bench/journal.js
 
 bench-gateway: build ## the reference gateway under vegeta (open loop): rate held, tail, CPU of nginx, Redis and the service per request (GW_* in bench/gateway.ts)
 	@npx tsc -p .

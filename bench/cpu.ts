@@ -4,7 +4,7 @@
 //
 // First the broker is warmed up: CPU_BROKER_WARMUP_SECONDS (30) of 100-point requests, not measured (a
 // cold broker moved the CPU per point by 30 %). Then for each shape and round: a fresh topic, the
-// service started with WORKERS=1, wrk for CPU_WARMUP_SECONDS (3) to warm it up and its points
+// service started with WORKERS=1 (CPU_WORKERS), wrk for CPU_WARMUP_SECONDS (3) to warm it up and its points
 // delivered, then wrk -c CPU_CONNECTIONS (32) for CPU_SECONDS (10); the
 // CPU of the service's processes (the primary and its worker, every thread, librdkafka's included)
 // read from /proc before and after, and split by thread: the worker's JavaScript thread, librdkafka's
@@ -27,7 +27,10 @@
 // CPU_COMPARE=path/to/other/dist/src/main.js runs another build (an earlier commit's) side by side,
 // alternating with this one in each round, against the same broker: the ratio holds for one run
 // on one machine even where the absolute figures move with what else the machine does.
-import { execFile } from 'node:child_process';
+// CPU_COMPARE_NODE=path/to/node runs the compared build on another Node.js (one version against
+// another, the same code: bench/README.md, "Node 24 against Node 20"). CPU_WORKERS: the service's
+// WORKERS (1; 2 is the design-load shape on 2 cores).
+import { execFile, execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -54,8 +57,13 @@ const DISTINCT = env.CPU_BODIES === 'distinct';
 if (env.CPU_BODIES !== undefined && !DISTINCT) throw new Error(`CPU_BODIES: only "distinct" is known, not ${env.CPU_BODIES}`);
 if (DISTINCT && RATES === null) throw new Error('CPU_BODIES=distinct needs CPU_RATE (wrk sends one body)');
 const rateOf = (points: number) => (RATES === null ? null : RATES[SHAPES.indexOf(points)] ?? null);
-const builds: { name: string; entry?: string }[] = [{ name: 'this tree' }, ...(env.CPU_COMPARE ? [{ name: 'compared', entry: env.CPU_COMPARE }] : [])];
+const WORKERS = env.CPU_WORKERS ?? '1';
+const builds: { name: string; entry?: string; node: string }[] = [
+  { name: 'this tree', node: process.execPath },
+  ...(env.CPU_COMPARE ? [{ name: 'compared', entry: env.CPU_COMPARE, node: env.CPU_COMPARE_NODE ?? process.execPath }] : []),
+];
 const run = promisify(execFile);
+const nodeVersion = (node: string): string => (node === process.execPath ? process.version : execFileSync(node, ['--version']).toString().trim());
 const dir = mkdtempSync(join(tmpdir(), 'bench-cpu-'));
 
 /** The bodies of one shape: one, or with CPU_BODIES=distinct 500 of distinct coordinates. */
@@ -100,10 +108,10 @@ interface Row {
   accepted: number;
 }
 
-async function measure(build: { name: string; entry?: string }, points: number, round: number, seconds = SECONDS): Promise<Row> {
+async function measure(build: (typeof builds)[number], points: number, round: number, seconds = SECONDS): Promise<Row> {
   const id = `cpu${Date.now().toString(36)}`;
   const topic = await createTopic(`bench.${id}.${points}`);
-  const target = await startTarget('ours', await freePort(), { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS: '1' }, build.entry);
+  const target = await startTarget('ours', await freePort(), { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS }, build.entry, 'ready', build.node);
   try {
     const payload = bodies(points, id);
     const warmup = await load(target.url, payload, points, WARMUP_SECONDS);
@@ -137,9 +145,9 @@ async function measure(build: { name: string; entry?: string }, points: number, 
 }
 
 /** µs of CPU per request of a service that refuses every request (no broker), 100-point bodies. */
-async function measureRefused(build: { name: string; entry?: string }): Promise<{ requests: number; usPerRequest: number }> {
+async function measureRefused(build: (typeof builds)[number]): Promise<{ requests: number; usPerRequest: number }> {
   const closed = await freePort(); // nothing listens there: the producer stays 'connecting'
-  const target = await startTarget('ours', await freePort(), { MQ_BROKERS: `127.0.0.1:${closed}`, WORKERS: '1' }, build.entry, 'listening');
+  const target = await startTarget('ours', await freePort(), { MQ_BROKERS: `127.0.0.1:${closed}`, WORKERS }, build.entry, 'listening', build.node);
   try {
     const payload = JSON.stringify(benchPoints(100, 'refused'));
     await wrk(target.url, payload, 2);
@@ -156,7 +164,7 @@ async function measureRefused(build: { name: string; entry?: string }): Promise<
 
 const f = (n: number, d = 2) => n.toFixed(d);
 const rows: Row[] = [];
-console.log(`${RATES === null ? `wrk -t1 -c${CONNECTIONS}` : `${RATES.join(' / ')} points/s paced over ${CONNECTIONS} connections${DISTINCT ? ', 500 bodies of distinct coordinates' : ''}`}, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up (the broker's ${BROKER_WARMUP_SECONDS} s before), WORKERS=1, ${ROUNDS} rounds; builds: ${builds.map((b) => b.entry ?? b.name).join(' vs ')}`);
+console.log(`${RATES === null ? `wrk -t1 -c${CONNECTIONS}` : `${RATES.join(' / ')} points/s paced over ${CONNECTIONS} connections${DISTINCT ? ', 500 bodies of distinct coordinates' : ''}`}, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up (the broker's ${BROKER_WARMUP_SECONDS} s before), WORKERS=${WORKERS}, ${ROUNDS} rounds; builds: ${builds.map((b) => `${b.entry ?? b.name} on ${nodeVersion(b.node)}`).join(' vs ')}`);
 console.log('| build | points per request | round | µs CPU per point | of which JS thread / librdkafka / other | µs CPU per request | points/s | p99 ms | non-2xx | delivered / accepted |');
 console.log('|---|---|---|---|---|---|---|---|---|---|');
 try {

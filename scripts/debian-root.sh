@@ -117,7 +117,9 @@ run() {
   (($# > 0)) || die "usage: debian-root.sh run DIR [--own-network] [--] COMMAND..."
   [[ -f $stamp ]] || die "$dir is not a root made by debian-root.sh create"
   cp /etc/resolv.conf "$dir/etc/resolv.conf"
-  unshare --mount --propagation private "${network[@]}" -- bash -c '
+  # exec: the command takes this script's process id (unshare, bash and chroot each exec the next), so
+  # that a signal sent to it reaches the command itself.
+  exec unshare --mount --propagation private "${network[@]}" -- bash -c '
     dir=$1; own=$2; shift 2
     if [[ $own == 1 ]]; then ip link set lo up; fi
     mount -t proc proc "$dir/proc"

@@ -8,6 +8,8 @@
 #   scripts/test-in-root.sh --smoke 22         the smoke test (test/smoke) on Node 22: the tree of the
 #                                              Node 24 run, with node-rdkafka's addon built again for
 #                                              Node 22's ABI (the journal's addon is Node-API: as it is)
+#   scripts/test-in-root.sh --prepare          only the root, up to date with this checkout (the image
+#                                              test starts the service from its /app)
 #
 # TEST_ROOT: the root (.cache/debian13-node24). VITEST_JSON: vitest's JSON report, copied out of the root.
 # The first run builds the root and compiles node-rdkafka in it (about 6 minutes on 2 cores); later
@@ -26,6 +28,7 @@ if [[ ! -d $root/src/.cache/kafka/lib ]]; then
   mkdir -p "$root/src/.cache/kafka"
   cp -a .cache/kafka/lib "$root/src/.cache/kafka/"
 fi
+[[ ${1:-} == --prepare ]] && exit 0
 report=()
 [[ -n ${VITEST_JSON:-} ]] && report=(VITEST_JSON=/src/.run/root-vitest.json)
 copy_report() {
@@ -42,6 +45,7 @@ if [[ ${1:-} == --smoke ]]; then
   scripts/debian-root.sh node "$root" "$major"
   # The Node 24 tree, with node-rdkafka's addon configured and built against this Node's headers
   # (librdkafka itself, a plain shared library, is kept).
+  scripts/debian-root.sh run "$root" -- bash -c 'cd /src && npx tsc -p tsconfig.build.json'
   rm -rf "$root/src-node$major"
   cp -a "$root/src" "$root/src-node$major"
   scripts/debian-root.sh run "$root" -- bash -c "cd /src-node$major/node_modules/node-rdkafka &&

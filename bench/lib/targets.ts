@@ -22,12 +22,13 @@ export interface Target {
 /**
  * entry: another build of the same implementation (e.g. an older commit's dist/src/main.js), to compare.
  * until: 'ready' (below), or 'listening' for a service meant to refuse (no broker): any answer.
+ * node: the Node.js binary to run it on (another version, side by side).
  */
-export async function startTarget(impl: Impl, port: number, env: Record<string, string>, entry = ENTRY[impl], until: 'ready' | 'listening' = 'ready'): Promise<Target> {
+export async function startTarget(impl: Impl, port: number, env: Record<string, string>, entry = ENTRY[impl], until: 'ready' | 'listening' = 'ready', node = process.execPath): Promise<Target> {
   // Ours writes every accepted point to its journal: a fresh one each start, so that no run produces
   // an earlier run's points again (an older build, before the journal, ignores the variable).
   const journal = mkdtempSync(join(tmpdir(), 'bench-journal-'));
-  const proc = spawn(process.execPath, [entry], {
+  const proc = spawn(node, [entry], {
     env: { ...process.env, LISTEN_ADDR: `127.0.0.1:${port}`, LOG_LEVEL: 'warn', JOURNAL_DIR: journal, ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
