@@ -1,12 +1,14 @@
 # syntax=docker/dockerfile:1
-# Multi-stage: node-rdkafka compiles librdkafka in the build stage, then patches/ is applied and
-# librdkafka and the addon rebuilt (compilers, headers and patch(1) stay there); the runtime image has
-# Node, the compiled JavaScript, production node_modules, the shared libraries librdkafka links against
-# (OpenSSL 3, zlib) and jemalloc, which the workers run on (WORKER_MALLOC=auto, src/allocator.ts), and
-# runs as a non-root user.
-# The build steps are scripts/image-build.sh's, which also runs them without Docker (and is tested).
+# Multi-stage, on Node 24 LTS and Debian 13 (glibc 2.41: uWebSockets.js v20.57 needs 2.38). node-rdkafka
+# compiles librdkafka in the build stage, then patches/ is applied and librdkafka and the addon rebuilt,
+# and node-gyp builds the journal's addon (native/journal-files); compilers, headers and patch(1) stay
+# there. The runtime image has Node, the compiled JavaScript, production node_modules and the journal's
+# addon, the shared libraries librdkafka links against (OpenSSL 3, zlib) and jemalloc, which the workers
+# run on (WORKER_MALLOC=auto, src/allocator.ts), and runs as a non-root user.
+# The build steps are scripts/image-build.sh's, which also makes this image's root without Docker
+# (`image-build.sh root`: the same Debian 13, Node 24 from the npm registry) and is tested from it.
 
-FROM node:20-bookworm-slim AS build
+FROM node:24-trixie-slim AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 make g++ patch libssl-dev zlib1g-dev ca-certificates \
  && rm -rf /var/lib/apt/lists/*
@@ -21,9 +23,9 @@ COPY src ./src
 COPY scripts ./scripts
 RUN scripts/image-build.sh compile
 
-FROM node:20-bookworm-slim
+FROM node:24-trixie-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libssl3 zlib1g libjemalloc2 ca-certificates curl \
+ && apt-get install -y --no-install-recommends libssl3t64 zlib1g libjemalloc2 ca-certificates curl \
  && rm -rf /var/lib/apt/lists/*
 ENV NODE_ENV=production \
     LISTEN_ADDR=:8080 \

@@ -100,9 +100,11 @@ create() {
     ln -sf ../lib/node_modules/npm/bin/npx-cli.js "$dir/usr/local/bin/npx"
     say "npm $(in_root npm --version) installed"
   fi
-  # node-gyp builds against the headers that came with Node (nothing to download).
+  # node-gyp builds against the headers that came with Node (nothing to download); npm trusts what the
+  # host trusts (a host may reach the registry through a proxy whose certificate authority only it has).
   mkdir -p "$dir/usr/local/etc"
-  printf 'nodedir=/usr/local\nupdate-notifier=false\nfund=false\naudit=false\n' >"$dir/usr/local/etc/npmrc"
+  cp /etc/ssl/certs/ca-certificates.crt "$dir/etc/ssl/certs/host-ca-certificates.crt"
+  printf 'nodedir=/usr/local\ncafile=/etc/ssl/certs/host-ca-certificates.crt\nupdate-notifier=false\nfund=false\naudit=false\n' >"$dir/usr/local/etc/npmrc"
   printf '%s\nnode %s\n' "$wanted" "$major" >"$stamp"
   say "ready: $dir (Debian $(cat "$dir/etc/debian_version"), glibc $(in_root ldd --version | sed -n '1s/.* //p'), Node $(in_root node --version))"
 }

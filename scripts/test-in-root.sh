@@ -10,6 +10,8 @@
 #                                              Node 22's ABI (the journal's addon is Node-API: as it is)
 #   scripts/test-in-root.sh --prepare          only the root, up to date with this checkout (the image
 #                                              test starts the service from its /app)
+#   scripts/test-in-root.sh --tree 20          also /src-node20 in it: this checkout on Node 20 (the
+#                                              benchmark of one Node against another, bench/README.md)
 #
 # TEST_ROOT: the root (.cache/debian13-node24). VITEST_JSON: vitest's JSON report, copied out of the root.
 # The first run builds the root and compiles node-rdkafka in it (about 6 minutes on 2 cores); later
@@ -40,22 +42,33 @@ copy_report() {
 trap copy_report EXIT
 rm -f "$root/src/.run/root-vitest.json"
 
-if [[ ${1:-} == --smoke ]]; then
-  major=${2:?usage: test-in-root.sh --smoke NODE_MAJOR}
+# tree MAJOR: /src-node<MAJOR>, the Node 24 tree with node-rdkafka's addon configured and built against
+# Node MAJOR's headers (librdkafka itself, a plain shared library, is kept; the journal's addon is
+# Node-API and serves every version as it is).
+tree() {
+  local major=$1
   scripts/debian-root.sh node "$root" "$major"
-  # The Node 24 tree, with node-rdkafka's addon configured and built against this Node's headers
-  # (librdkafka itself, a plain shared library, is kept).
   scripts/debian-root.sh run "$root" -- bash -c 'cd /src && npx tsc -p tsconfig.build.json'
   rm -rf "$root/src-node$major"
-  cp -a "$root/src" "$root/src-node$major"
+  mkdir "$root/src-node$major"
+  tar -C "$root/src" --exclude=./.run -cf - . | tar -C "$root/src-node$major" -xf -
   scripts/debian-root.sh run "$root" -- bash -c "cd /src-node$major/node_modules/node-rdkafka &&
     PATH=/opt/node-$major/bin:\$PATH node /usr/local/lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js configure build --nodedir=/opt/node-$major >/dev/null &&
-    echo \"test-in-root.sh: node-rdkafka's addon built for Node \$(node --version)\""
-  args=()
-  [[ -z ${VITEST_JSON:-} ]] || args=(--reporter=default --reporter=json --outputFile.json=/src/.run/root-vitest.json)
-  scripts/debian-root.sh run "$root" --own-network -- env PATH="/opt/node-$major/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin" \
-    bash -c 'mkdir -p /src/.run && cd "$1" && shift && scripts/with-broker.sh node node_modules/vitest/vitest.mjs run test/smoke "$@"' _ "/src-node$major" "${args[@]}"
-  exit
-fi
+    echo \"test-in-root.sh: /src-node$major: node-rdkafka's addon built for Node \$(node --version)\""
+}
+
+case ${1:-} in
+  --tree)
+    tree "${2:?usage: test-in-root.sh --tree NODE_MAJOR}"
+    exit ;;
+  --smoke)
+    major=${2:?usage: test-in-root.sh --smoke NODE_MAJOR}
+    tree "$major"
+    args=()
+    [[ -z ${VITEST_JSON:-} ]] || args=(--reporter=default --reporter=json --outputFile.json=/src/.run/root-vitest.json)
+    scripts/debian-root.sh run "$root" --own-network -- env PATH="/opt/node-$major/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin" \
+      bash -c 'mkdir -p /src/.run && cd "$1" && shift && scripts/with-broker.sh node node_modules/vitest/vitest.mjs run test/smoke "$@"' _ "/src-node$major" "${args[@]}"
+    exit ;;
+esac
 
 scripts/debian-root.sh run "$root" --own-network -- env "${report[@]}" bash -c 'cd /src && make --no-print-directory build && scripts/test.sh "$@"' _ "$@"

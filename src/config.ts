@@ -12,6 +12,7 @@ export const DEFAULTS = {
   WORKERS: 'auto',
   MAX_BODY_BYTES: '1048576',
   MAX_POINTS: '10000',
+  MAX_HEADER_BYTES: '4096',
   PRODUCER_QUEUE_MAX_POINTS: '100000',
   PRODUCER_QUEUE_MAX_BYTES: '67108864',
   QUEUE_FULL_WAIT_MS: '200',
@@ -62,6 +63,8 @@ export interface Config {
   workers: number;
   maxBodyBytes: number;
   maxPoints: number;
+  /** A request's header block, bytes at most (uWebSockets.js v20.57 answers 431 beyond it: http/uws.ts). */
+  maxHeaderBytes: number;
   queueMaxPoints: number;
   queueMaxBytes: number;
   /** How long a request that finds the producer queue full may wait for room before its 500; 0: refused at once. */
@@ -142,6 +145,7 @@ const EnvSchema = z.object({
   WORKERS: workerCount,
   MAX_BODY_BYTES: wholeNumber(64, 1024 * 1024 * 1024),
   MAX_POINTS: wholeNumber(1, 10_000_000),
+  MAX_HEADER_BYTES: wholeNumber(1024, 1024 * 1024),
   PRODUCER_QUEUE_MAX_POINTS: wholeNumber(1, 10_000_000),
   PRODUCER_QUEUE_MAX_BYTES: wholeNumber(1024, 2 ** 40),
   QUEUE_FULL_WAIT_MS: wholeNumber(0, 60_000),
@@ -186,6 +190,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     workers: e.WORKERS,
     maxBodyBytes: e.MAX_BODY_BYTES,
     maxPoints: e.MAX_POINTS,
+    maxHeaderBytes: e.MAX_HEADER_BYTES,
     queueMaxPoints: e.PRODUCER_QUEUE_MAX_POINTS,
     queueMaxBytes: e.PRODUCER_QUEUE_MAX_BYTES,
     queueFullWaitMs: e.QUEUE_FULL_WAIT_MS,

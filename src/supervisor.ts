@@ -17,6 +17,7 @@ import { workerExecArgv } from './gc.js';
 import { isWorkerMessage, sendToWorker, STANDBY_SLOT, WORKER_SLOT_ENV } from './cluster-protocol.js';
 import type { Config } from './config.js';
 import { EXIT, STARTUP_FAILURES } from './exit-codes.js';
+import { uwsWorkerEnv } from './http/uws.js';
 import { createLogger } from './log.js';
 import { serveClusterMetrics } from './metrics-ipc.js';
 import { createPrimaryMetrics } from './metrics.js';
@@ -61,12 +62,14 @@ export function runPrimary(config: Config, runtime: RuntimeSummary): void {
   let failedShutdown = false;
   let announced = false;
   // Read by each worker's process at exec: LD_PRELOAD of jemalloc (allocator.ts), or nothing.
-  const mallocEnv = workerMallocEnv(config.workerMalloc, process.env);
+  // What a worker needs in its environment before it starts: its malloc (preloaded), and the limits
+  // uWebSockets.js reads when it loads.
+  const workerEnv = { ...workerMallocEnv(config.workerMalloc, process.env), ...uwsWorkerEnv(config.maxHeaderBytes) };
   cluster.setupPrimary({ execArgv: workerExecArgv(config.workerGc, process.execArgv) });
 
   const forkStandby = (): void => {
     if (!config.standbyWorker || stopping || standby !== null) return;
-    const worker = cluster.fork({ ...mallocEnv, [WORKER_SLOT_ENV]: STANDBY_SLOT });
+    const worker = cluster.fork({ ...workerEnv, [WORKER_SLOT_ENV]: STANDBY_SLOT });
     standby = worker;
     standbyReady = false;
     worker.on('message', (m: unknown) => {
@@ -88,7 +91,7 @@ export function runPrimary(config: Config, runtime: RuntimeSummary): void {
   };
 
   const fork = (slot: number): Worker => {
-    const worker = cluster.fork({ ...mallocEnv, [WORKER_SLOT_ENV]: String(slot) });
+    const worker = cluster.fork({ ...workerEnv, [WORKER_SLOT_ENV]: String(slot) });
     slots.set(worker.id, slot);
     metrics.workers.set(slots.size);
     watchWorker(worker);

@@ -105,6 +105,15 @@ function firstLine(err: unknown): string {
   return (err instanceof Error ? err.message : String(err)).split('\n')[0]!;
 }
 
+/**
+ * What a worker's environment needs before uWebSockets.js loads: v20.57 reads its header block limit
+ * from UWS_HTTP_MAX_HEADERS_SIZE once, when its binary loads (4096 when unset), and answers 431 beyond
+ * it. v20.30 has no such setting (it closes a connection whose header block outgrows its buffer).
+ */
+export function uwsWorkerEnv(maxHeaderBytes: number): Record<string, string> {
+  return { UWS_HTTP_MAX_HEADERS_SIZE: String(maxHeaderBytes) };
+}
+
 let chosen: UwsBuild | null = null;
 
 /** This process's build, chosen at the first call. Throws UwsUnavailable. */

@@ -32,6 +32,7 @@ describe('configuration', () => {
     ['LISTEN_ADDR', '::1:8080'],
     ['MAX_POINTS', 'abc'],
     ['MAX_POINTS', '0'],
+    ['MAX_HEADER_BYTES', '512'], // below what any request's headers take
     ['MAX_BODY_BYTES', '-5'],
     ['MAX_BODY_BYTES', '1.5'],
     ['WORKERS', 'many'],

@@ -114,7 +114,8 @@ describe('Dockerfile and compose', () => {
   const dockerfile = read('Dockerfile');
 
   it('builds with the tested script, runs as non-root, checks /healthz, stops with SIGTERM', () => {
-    expect(dockerfile).toMatch(/^FROM node:20-bookworm-slim AS build$/m);
+    expect(dockerfile).toMatch(/^FROM node:24-trixie-slim AS build$/m);
+    expect(dockerfile).toMatch(/^FROM node:24-trixie-slim$/m);
     expect(dockerfile).toMatch(/^RUN scripts\/image-build\.sh deps$/m);
     expect(dockerfile).toMatch(/^RUN scripts\/image-build\.sh compile$/m);
     expect(dockerfile).toMatch(/^USER node$/m);
@@ -133,11 +134,23 @@ describe('Dockerfile and compose', () => {
   });
 
   it('installs jemalloc in the runtime stage where WORKER_MALLOC=auto looks for it', () => {
-    const runtime = dockerfile.slice(dockerfile.lastIndexOf('FROM node:20-bookworm-slim'));
+    const runtime = dockerfile.slice(dockerfile.lastIndexOf('FROM node:24-trixie-slim'));
     expect(runtime).toMatch(/apt-get install [^\n]*\blibjemalloc2\b/);
     // Debian's libjemalloc2 puts it under /usr/lib/<multiarch triplet>/, for both image architectures.
     expect(JEMALLOC_PATHS).toContain('/usr/lib/x86_64-linux-gnu/libjemalloc.so.2');
     expect(JEMALLOC_PATHS).toContain('/usr/lib/aarch64-linux-gnu/libjemalloc.so.2');
+  });
+
+  it('installs the packages scripts/image-build.sh puts in the image\'s root without Docker, stage by stage', () => {
+    const script = read('scripts/image-build.sh');
+    const list = (name: string) => (new RegExp(`^${name}=\\(([^)]*)\\)$`, 'm').exec(script)?.[1] ?? '').split(' ').sort();
+    const [build, runtime] = dockerfile.split(/^FROM node:24-trixie-slim$/m);
+    const apt = (stage: string) => (/apt-get install -y --no-install-recommends ([^\\\n]*)/.exec(stage)?.[1] ?? '').trim().split(' ').sort();
+    expect(apt(build!)).toEqual(list('BUILD_PACKAGES'));
+    expect(apt(runtime!)).toEqual(list('RUNTIME_PACKAGES'));
+    expect(script).toMatch(/^NODE_MAJOR=24$/m);
+    // The runtime stage copies what the root's /app keeps.
+    expect([...runtime!.matchAll(/^COPY --from=build --chown=node:node \/app\/(\S+) /gm)].map((m) => m[1]).sort()).toEqual(['dist', 'native', 'node_modules', 'package.json']);
   });
 
   it('gives compose a stop grace period longer than the flush', () => {
