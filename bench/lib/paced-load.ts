@@ -16,7 +16,7 @@
 // The next request goes to the connection idle the longest, so every connection sends at the same
 // pace, as the devices of a fleet do. The most recently freed one instead (a stack) left the bottom
 // of a pool larger than the requests in flight idle until the service closed it (10 s idle,
-// HTTP_IDLE_TIMEOUT_S in src/http/server.ts): with 200 connections at 10,000 requests/s, 71 and 91
+// idleTimeoutS in src/http/uws.ts): with 200 connections at 10,000 requests/s, 71 and 91
 // closes in 20 s, and a request written just as its connection closed went unanswered, counted as
 // the service's error (bench/HISTORY.md, 2026-11-26).
 import { createHistogram } from 'node:perf_hooks';

@@ -28,24 +28,6 @@ export interface ServerDeps {
 type RouteMetrics = ReturnType<WorkerMetrics['other']>;
 
 
-/**
- * uWebSockets.js closes a connection idle for this long (HTTP_IDLE_TIMEOUT_S, compiled into the
- * library, not configurable). A gateway's upstream keep-alive must close idle connections sooner, or
- * a request written just as the service closes one gets no answer (deploy/gateway, deploy/k8s).
- */
-export const HTTP_IDLE_TIMEOUT_S = 10;
-/**
- * When that close comes: uSockets counts socket timeouts in ticks of 4 s and arms one for
- * ceil(seconds / 4) ticks from the current tick, so a connection idle since just before a tick is
- * closed after 8 s, one idle since just after it after 12 s (a CI run measured 8.988 s). A gateway's
- * upstream keep-alive must be shorter than the earliest.
- */
-const TIMER_TICK_S = 4;
-export const HTTP_IDLE_CLOSE_S = {
-  earliest: TIMER_TICK_S * (Math.ceil(HTTP_IDLE_TIMEOUT_S / TIMER_TICK_S) - 1),
-  latest: TIMER_TICK_S * Math.ceil(HTTP_IDLE_TIMEOUT_S / TIMER_TICK_S),
-} as const;
-
 const JSON_TYPE = 'application/json';
 
 // Status lines and constant header names and values as bytes, for every answer, POST /track's above
@@ -199,7 +181,7 @@ export class HttpServer {
       // The rest of the body is not wanted. Closing the socket now would make the kernel answer the
       // unread bytes with a TCP RST, which can destroy the response before the client reads it.
       // Instead: stop reading (the client's upload stalls once the socket buffers fill), answer with
-      // Connection: close, and let the client hang up; uWS's idle timeout (HTTP_IDLE_TIMEOUT_S) closes it otherwise.
+      // Connection: close, and let the client hang up; uWS's idle timeout (uws.ts, idleTimeoutS) closes it otherwise.
       res.pause();
     }
     res.cork(() => {

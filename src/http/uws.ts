@@ -21,6 +21,8 @@ export interface UwsBuild {
   readonly version: string;
   /** The npm package it came from. */
   readonly package: string;
+  /** When it closes a connection idle since its last byte (compiled in, not configurable): idleCloseS(). */
+  readonly idleTimeoutS: number;
 }
 
 /** The runtime a build is chosen for, as the start-up log and the errors name it. */
@@ -40,6 +42,7 @@ export function currentRuntime(): Runtime {
 
 interface Candidate {
   readonly version: string;
+  readonly idleTimeoutS: number;
   /** As installed (package.json's alias), and as published. */
   readonly alias: string;
   readonly published: string;
@@ -49,9 +52,27 @@ interface Candidate {
 
 /** In order of preference: the newer build wherever it loads. */
 const CANDIDATES: readonly Candidate[] = [
-  { version: '20.57.0', alias: 'uWebSockets.js', published: '@btc-vision/uwebsockets.js', binary: (r) => `uws_${r.platform.replace('-', '_')}_${r.abi}.node` },
-  { version: '20.30.0', alias: 'uws-20.30', published: '@trufflesuite/uws-js-unofficial', binary: (r) => `../binaries/uws_${r.platform.replace('-', '_')}_${r.abi}.node` },
+  // Idle timeouts as measured (test/integration/uws-behaviour.test.ts): v20.57 closed a connection
+  // 31.9 s after its last byte, with a request answered or half sent alike; v20.30 after 8-12 s.
+  { version: '20.57.0', idleTimeoutS: 30, alias: 'uWebSockets.js', published: '@btc-vision/uwebsockets.js', binary: (r) => `uws_${r.platform.replace('-', '_')}_${r.abi}.node` },
+  { version: '20.30.0', idleTimeoutS: 10, alias: 'uws-20.30', published: '@trufflesuite/uws-js-unofficial', binary: (r) => `../binaries/uws_${r.platform.replace('-', '_')}_${r.abi}.node` },
 ];
+
+/**
+ * When a build's idle close comes: uSockets counts socket timeouts in ticks of 4 s and arms one for
+ * ceil(seconds / 4) ticks from the current tick, so with 10 s a connection idle since just before a
+ * tick is closed after 8 s, one idle since just after it after 12 s (a CI run measured 8.988 s).
+ */
+const TIMER_TICK_S = 4;
+export function idleCloseS(idleTimeoutS: number): { earliest: number; latest: number } {
+  return { earliest: TIMER_TICK_S * (Math.ceil(idleTimeoutS / TIMER_TICK_S) - 1), latest: TIMER_TICK_S * Math.ceil(idleTimeoutS / TIMER_TICK_S) };
+}
+
+/**
+ * The earliest idle close of any build: a gateway's upstream keep-alive must close idle connections
+ * sooner, or a request written just as the service closes one gets no answer (deploy/gateway, deploy/k8s).
+ */
+export const EARLIEST_IDLE_CLOSE_S = Math.min(...CANDIDATES.map((c) => idleCloseS(c.idleTimeoutS).earliest));
 
 /** Neither build loads here: the message names the runtime and what to do. */
 export class UwsUnavailable extends Error {
@@ -74,7 +95,7 @@ export function chooseUwsBuild(runtime: Runtime, load: (path: string) => unknown
   for (const c of CANDIDATES) {
     try {
       const path = join(dirname(resolve(c.alias)), c.binary(runtime));
-      return { uws: load(path) as UWS, version: c.version, package: c.published };
+      return { uws: load(path) as UWS, version: c.version, package: c.published, idleTimeoutS: c.idleTimeoutS };
     } catch (err) {
       attempts.push({ version: c.version, error: firstLine(err) });
     }

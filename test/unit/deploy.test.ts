@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments } from 'yaml';
 import { JEMALLOC_PATHS } from '../../src/allocator.js';
 import { DEFAULTS, loadConfig } from '../../src/config.js';
-import { HTTP_IDLE_CLOSE_S } from '../../src/http/server.js';
+import { EARLIEST_IDLE_CLOSE_S } from '../../src/http/uws.js';
 import { createPrimaryMetrics, createWorkerMetrics } from '../../src/metrics.js';
 
 const read = (path: string) => readFileSync(new URL(`../../${path}`, import.meta.url), 'utf8');
@@ -168,7 +168,7 @@ describe('gateways in front of the service', () => {
 
   it('nginx: HTTP/1.1 upstream, idle upstream connections closed before the service closes them, reads outlast a delivered-mode request', () => {
     const upstream = /upstream track_ingest \{([\s\S]*?)\n {2}\}/.exec(nginx)?.[1] ?? '';
-    expect(seconds(upstream, /keepalive_timeout (\d+)s;/)).toBeLessThan(HTTP_IDLE_CLOSE_S.earliest);
+    expect(seconds(upstream, /keepalive_timeout (\d+)s;/)).toBeLessThan(EARLIEST_IDLE_CLOSE_S);
     expect(upstream).toMatch(/^\s+keepalive \d+;/m);
     expect(nginx).toMatch(/proxy_http_version 1\.1;/);
     expect(nginx).toMatch(/proxy_set_header Connection "";/);
@@ -193,7 +193,7 @@ describe('gateways in front of the service', () => {
     expect(a['nginx.ingress.kubernetes.io/proxy-http-version']).toBe('1.1');
     expect(Number(a['nginx.ingress.kubernetes.io/proxy-read-timeout'])).toBeGreaterThan(deliveryTimeoutS);
     expect(a['nginx.ingress.kubernetes.io/proxy-next-upstream']).not.toMatch(/timeout|non_idempotent/);
-    expect(Number(controller.data['upstream-keepalive-timeout'])).toBeLessThan(HTTP_IDLE_CLOSE_S.earliest);
+    expect(Number(controller.data['upstream-keepalive-timeout'])).toBeLessThan(EARLIEST_IDLE_CLOSE_S);
     const paths = ingress.spec.rules.flatMap((r: { http: { paths: unknown[] } }) => r.http.paths);
     expect(paths).toEqual([{ path: '/track', pathType: 'Exact', backend: { service: { name: 'track-ingest', port: { name: 'http' } } } }]);
     expect(parse(read('deploy/k8s/service.yaml')).spec.ports.map((p: { name: string }) => p.name)).toContain('http');
