@@ -52,9 +52,13 @@ tree() {
   rm -rf "$root/src-node$major"
   mkdir "$root/src-node$major"
   tar -C "$root/src" --exclude=./.run -cf - . | tar -C "$root/src-node$major" -xf -
-  scripts/debian-root.sh run "$root" -- bash -c "cd /src-node$major/node_modules/node-rdkafka &&
-    PATH=/opt/node-$major/bin:\$PATH node /usr/local/lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js configure build --nodedir=/opt/node-$major >/dev/null &&
-    echo \"test-in-root.sh: /src-node$major: node-rdkafka's addon built for Node \$(node --version)\""
+  if ! scripts/debian-root.sh run "$root" -- env PATH="/opt/node-$major/bin:/usr/local/bin:/usr/bin:/bin" bash -c "cd /src-node$major/node_modules/node-rdkafka &&
+    node /usr/local/lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js configure build --nodedir=/opt/node-$major" >"$root/src-node$major.build.log" 2>&1; then
+    tail -n 30 "$root/src-node$major.build.log" >&2
+    echo "test-in-root.sh: building node-rdkafka's addon for Node $major failed (above: the end of $root/src-node$major.build.log)" >&2
+    exit 1
+  fi
+  echo "test-in-root.sh: /src-node$major: node-rdkafka's addon built for Node $(chroot "$root" "/opt/node-$major/bin/node" --version)"
 }
 
 case ${1:-} in
