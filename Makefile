@@ -2,10 +2,10 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help install build run gateway test test-faults test-image test-node24 test-node22-smoke test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench bench-floor bench-cpu bench-journal bench-gateway bench-replay clean
+.PHONY: help install build run gateway test test-faults test-image test-node24 test-node22-smoke test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench bench-floor bench-cpu bench-node24 bench-journal bench-gateway bench-replay clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 install: ## npm ci when package-lock.json changed (builds node-rdkafka once)
 	@scripts/install.sh
@@ -69,6 +69,10 @@ bench-cpu: build ## CPU per point of the service under wrk, 1 worker, 100/10/1 p
 	@npx tsc -p .
 	@scripts/need-packages.sh wrk:wrk $(JEMALLOC)
 	@scripts/with-broker.sh node dist/bench/cpu.js
+
+bench-node24: ## make bench-cpu in the Debian 13 root: this tree on Node 24 against the same tree on Node 20, side by side (CPU_* as for bench-cpu)
+	@scripts/test-in-root.sh --tree 20
+	@scripts/debian-root.sh run .cache/debian13-node24 --own-network -- env CPU_COMPARE=/src-node20/dist/src/main.js CPU_COMPARE_NODE=/opt/node-20/bin/node make -C /src --no-print-directory bench-cpu
 
 bench-journal: build ## the journal's own CPU per point (append, acknowledgements, marks), both JOURNAL_SYNC modes, no broker (JOURNAL_COMPARE=other/dist/src/journal/journal.js: side by side)
 	@npx tsc -p .
