@@ -137,7 +137,7 @@ export class GroupCommit {
     try {
       for (const fd of new Set([...this.unsynced, ...this.syncing])) this.files.datasyncSync(fd);
       // The directory too when a sync of it is under way: its requests are answered here, and its
-      // fsync may not have reached the disk yet (found by the power-cut test, seed 5: a segment's
+      // fsync may not have reached the disk yet (found by the power-cut test, seed 8: a segment's
       // directory entry lost after its records were answered 202).
       if (this.dirUnsynced || this.dirSyncing) this.files.syncDirSync(this.dir);
       this.unsynced.clear();

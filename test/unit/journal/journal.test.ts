@@ -1,7 +1,7 @@
 // The write-ahead journal on its own: records written before the answer, marked done as Kafka
 // acknowledges them, segments deleted once done, and what a crashed process left read back, torn
 // and damaged records counted and skipped.
-import { appendFileSync, closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, statSync, truncateSync, writeFileSync, writeSync } from 'node:fs';
+import { appendFileSync, closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, statSync, truncateSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { pbkdf2 } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -186,9 +186,29 @@ describe('Journal', () => {
     expect(again.map((r) => [r.keys[0], r.timestamp])).toEqual([['a-0', 1_000], ['c-0', 1_002], ['d-0', 1_003]]);
     expect(journal.recovering).toBe(false);
     for (const r of again) journal.acknowledged(r.id, 2);
-    // No records left: the segment is kept as a spare to be written over, nothing else.
-    expect(readdirSync(d).filter((n) => !n.endsWith('.spare'))).toEqual([]);
+    // No records left: the recovered segment and its marks are deleted (an earlier process's file is
+    // never kept as a spare); the slot's reservation of segment numbers stays.
+    expect(readdirSync(d)).toEqual(['slot-0.000000001000.next']);
     expect(journal.bytes).toBe(0);
+  });
+
+  it('never numbers a segment as one before it, even once every file was deleted: its numbers are reserved on the disk', () => {
+    const d = dir();
+    const { journal: first } = open(d, { mapSegments: false, segmentBytes: 4096 });
+    for (let i = 0; i < 5; i++) first.acknowledged(first.append(batch(`x${i}`, 20), 1).id, 20); // a segment each
+    first.close();
+    const names = () => readdirSync(d).sort();
+    // Every segment done and deleted: nothing left but the reservation (segments 0 to 4 were used).
+    for (const n of names().filter((n) => !n.endsWith('.next'))) unlinkSync(join(d, n));
+    // A new process goes on above everything the reservation says may have been used.
+    const { journal } = open(d, { mapSegments: false });
+    journal.append(batch('after', 1), 2);
+    journal.close();
+    expect(names()).toEqual(['slot-0.000000001000.wal', 'slot-0.000000002000.next']);
+    // And the next one above that: the reservation is renamed on, and the directory synced, first.
+    const { journal: third } = open(d, { mapSegments: false, segmentBytes: 1 });
+    third.append(batch('later', 1), 3);
+    expect(names()).toEqual(['slot-0.000000001000.wal', 'slot-0.000000002000.wal', 'slot-0.000000003000.next']);
   });
 
   it('writes over a spare segment, and reads back only the records of its new use, not those left of the old one', () => {
