@@ -15,13 +15,14 @@
 //
 // Files: `slot-<slot>.<seq>.wal` (records, record.ts), `slot-<slot>.<seq>.done` (the indexes of the
 // records done, in the order they were done, each with a check: marks.ts), and one empty
-// `slot-<slot>.<limit>.next` (segment numbers reserved up to it: nextSeqNumber). A segment file whose records are all done is not
-// deleted but kept as a spare (`slot-<slot>.<seq>.spare`, two at most) and written over as the next
-// segment: writing over pages the OS already holds cost less than half of writing new ones (6-7
-// against 15-17 µs of CPU per 12.8 KB record, measured on this machine's ext4), and on the live
-// service it was most of the journal's cost. Records of the file's earlier use, left past the new
-// ones, carry their old segment number, which ends the reading. One slot's files are written by one process at a time
-// (a replacement takes a dead worker's slot), so nothing needs a lock. The marks spare a restart the
+// `slot-<slot>.<limit>.next` (segment numbers reserved up to it: nextSeqNumber). A segment file whose
+// records are all done is not deleted but kept as a spare (`slot-<slot>.<seq>.spare`, two at most)
+// and written over as the next segment: writing over pages the OS already holds cost less than half
+// of writing new ones (6-7 against 15-17 µs of CPU per 12.8 KB record, measured on this machine's
+// ext4), and on the live service it was most of the journal's cost. Records of the file's earlier
+// use, left past the new ones, carry their old segment number, which ends the reading; only this
+// process's spares are written over (the constructor says why). One slot's files are written by one
+// process at a time (a replacement takes a dead worker's slot), so nothing needs a lock. The marks spare a restart the
 // records Kafka had already acknowledged; a record acknowledged after its mark was last written (at
 // most one poll interval, 10 ms) is produced again: a duplicate, counted as possible.
 //
@@ -56,7 +57,7 @@ const SLOT_FILE_RE = /^slot-(\d+)\.(\d{12})\.(wal|spare|done|acks|next)$/;
 const SEQ_BLOCK = 1000;
 /** Done segment files kept to be written over (see above), per slot. */
 const MAX_SPARES = 2;
-/** The spill journal of earlier versions: records that failed after their 202, imported at open. */
+/** The spill journal of earlier versions: records that failed after their 202, read in place at open. */
 const LEGACY_RE = /^worker-(\d+)\.(\d{12})\.spill$/;
 
 export type JournalSync = 'process' | 'disk';
@@ -143,7 +144,7 @@ export class Journal {
   /** A new mapped segment's capacity: that, or JOURNAL_MAX_BYTES when smaller (it is allocated whole). */
   private readonly segmentBytes: number;
   private nextSeq = 0;
-  /** Numbers below this one are reserved on the disk: `slot-<slot>.<reservedUpTo>.next` (see reserveSeqs). */
+  /** Numbers below this one are reserved on the disk: `slot-<slot>.<reservedUpTo>.next` (see nextSeqNumber). */
   private reservedUpTo = 0;
   private reservation: string | null = null;
   private nextId = 0;
@@ -189,7 +190,7 @@ export class Journal {
     // Sequence numbers go on from the highest any file of this slot has, marks included: after a power
     // cut a segment's name may be gone while its marks are not, and a new segment of that number would
     // take them for its own (the power-cut test lost a record that way, seed 87). And from the slot's
-    // reservation (reserveSeqs), which outlives every other file.
+    // reservation (nextSeqNumber), which outlives every other file.
     const found: { slot: number; seq: number; name: string }[] = [];
     const walSeqs = new Set<string>();
     const legacy: string[] = [];
