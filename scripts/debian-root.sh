@@ -124,6 +124,10 @@ run() {
   exec unshare --mount --propagation private "${network[@]}" -- bash -c '
     dir=$1; own=$2; shift 2
     if [[ $own == 1 ]]; then ip link set lo up; fi
+    # What npm tells the processes it runs (npm_config_globalconfig, npm_config_cafile...) points at the
+    # host'"'"'s files: inside the root its npm would read those instead of its own (a CI run under npx
+    # lost the root'"'"'s certificate authorities that way).
+    while read -r name; do unset "$name"; done < <(compgen -e | grep -iE "^(npm_|INIT_CWD$)")
     mount -t proc proc "$dir/proc"
     mount --rbind /dev "$dir/dev"
     exec chroot "$dir" /usr/bin/env PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin HOME=/root "$@"' _ "$dir" "${#network[@]}" "$@"
