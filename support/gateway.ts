@@ -3,6 +3,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { freePort } from './ports.js';
+import { collectLines } from './lines.js';
 import { REPO_ROOT as ROOT } from './repo-root.js';
 const running = new Set<ChildProcess>();
 process.on('exit', () => {
@@ -24,9 +25,8 @@ function spawnGroup(command: string, args: string[], env: NodeJS.ProcessEnv): { 
   const proc = spawn(command, args, { env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   running.add(proc);
   const output: string[] = [];
-  const collect = (chunk: Buffer) => output.push(...chunk.toString().split('\n').filter(Boolean));
-  proc.stdout!.on('data', collect);
-  proc.stderr!.on('data', collect);
+  collectLines(proc.stdout!, output);
+  collectLines(proc.stderr!, output);
   const exited = new Promise<void>((resolve) =>
     proc.once('exit', () => {
       running.delete(proc);

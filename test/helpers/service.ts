@@ -8,6 +8,7 @@ import { request } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { BROKERS } from '../../support/kafka.js';
 import { freePort } from '../../support/ports.js';
+import { collectLines } from '../../support/lines.js';
 
 const MAIN = fileURLToPath(new URL('../../dist/src/main.js', import.meta.url));
 const running = new Set<ChildProcess>();
@@ -75,9 +76,8 @@ export async function startService(env: Record<string, string>, opts: StartOptio
   });
   running.add(proc);
   const output: string[] = [];
-  const collect = (chunk: Buffer) => output.push(...chunk.toString().split('\n').filter(Boolean));
-  proc.stdout!.on('data', collect);
-  proc.stderr!.on('data', collect);
+  collectLines(proc.stdout!, output);
+  collectLines(proc.stderr!, output);
   const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => {
     running.delete(proc);
     resolve(code);
