@@ -34,7 +34,11 @@ mirror() {
   echo "${uri:-http://deb.debian.org/debian}"
 }
 
-in_root() { chroot "$dir" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin HOME=/root DEBIAN_FRONTEND=noninteractive "$@"; }
+# node-gyp builds against the headers that came with Node (nothing to download). It takes the directory
+# from npm_package_config_node_gyp_nodedir: npm 11 warns of a `nodedir` in .npmrc or npm_config_nodedir
+# ("Unknown config ... will stop working in the next major version").
+GYP_NODEDIR=npm_package_config_node_gyp_nodedir=/usr/local
+in_root() { chroot "$dir" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin HOME=/root DEBIAN_FRONTEND=noninteractive "$GYP_NODEDIR" "$@"; }
 
 # Mounts /proc and /dev for the steps of `create` that need them (apt's maintainer scripts), undone on exit.
 with_mounts() {
@@ -100,11 +104,10 @@ create() {
     ln -sf ../lib/node_modules/npm/bin/npx-cli.js "$dir/usr/local/bin/npx"
     say "npm $(in_root npm --version) installed"
   fi
-  # node-gyp builds against the headers that came with Node (nothing to download); npm trusts what the
-  # host trusts (a host may reach the registry through a proxy whose certificate authority only it has).
+  # npm trusts what the host trusts (a host may reach the registry through a proxy whose certificate authority only it has).
   mkdir -p "$dir/usr/local/etc"
   cp /etc/ssl/certs/ca-certificates.crt "$dir/etc/ssl/certs/host-ca-certificates.crt"
-  printf 'nodedir=/usr/local\ncafile=/etc/ssl/certs/host-ca-certificates.crt\nupdate-notifier=false\nfund=false\naudit=false\n' >"$dir/usr/local/etc/npmrc"
+  printf 'cafile=/etc/ssl/certs/host-ca-certificates.crt\nupdate-notifier=false\nfund=false\naudit=false\n' >"$dir/usr/local/etc/npmrc"
   printf '%s\nnode %s\n' "$wanted" "$major" >"$stamp"
   say "ready: $dir (Debian $(cat "$dir/etc/debian_version"), glibc $(in_root ldd --version | sed -n '1s/.* //p'), Node $(in_root node --version))"
 }
@@ -122,7 +125,7 @@ run() {
   # exec: the command takes this script's process id (unshare, bash and chroot each exec the next), so
   # that a signal sent to it reaches the command itself.
   exec unshare --mount --propagation private "${network[@]}" -- bash -c '
-    dir=$1; own=$2; shift 2
+    dir=$1; own=$2; gyp=$3; shift 3
     if [[ $own == 1 ]]; then ip link set lo up; fi
     # What npm tells the processes it runs (npm_config_globalconfig, npm_config_cafile...) points at the
     # host'"'"'s files: inside the root its npm would read those instead of its own (a CI run under npx
@@ -130,7 +133,7 @@ run() {
     while read -r name; do unset "$name"; done < <(compgen -e | grep -iE "^(npm_|INIT_CWD$)")
     mount -t proc proc "$dir/proc"
     mount --rbind /dev "$dir/dev"
-    exec chroot "$dir" /usr/bin/env PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin HOME=/root "$@"' _ "$dir" "${#network[@]}" "$@"
+    exec chroot "$dir" /usr/bin/env PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin HOME=/root "$gyp" "$@"' _ "$dir" "${#network[@]}" "$GYP_NODEDIR" "$@"
 }
 
 case $cmd in
