@@ -52,8 +52,10 @@ tree() {
   rm -rf "$root/src-node$major"
   mkdir "$root/src-node$major"
   tar -C "$root/src" --exclude=./.run -cf - . | tar -C "$root/src-node$major" -xf -
-  if ! scripts/debian-root.sh run "$root" -- env PATH="/opt/node-$major/bin:/usr/local/bin:/usr/bin:/bin" bash -c "cd /src-node$major/node_modules/node-rdkafka &&
-    node /usr/local/lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js configure build --nodedir=/opt/node-$major" >"$root/src-node$major.build.log" 2>&1; then
+  # The headers' directory as debian-root.sh gives it to node-gyp (npm_package_config_node_gyp_nodedir,
+  # which takes precedence over --nodedir), and the addon loaded by that Node before it is called built.
+  if ! scripts/debian-root.sh run "$root" -- env PATH="/opt/node-$major/bin:/usr/local/bin:/usr/bin:/bin" npm_package_config_node_gyp_nodedir="/opt/node-$major" bash -c "cd /src-node$major/node_modules/node-rdkafka &&
+    node /usr/local/lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js configure build && node -e 'require(\"/src-node$major/node_modules/node-rdkafka\")'" >"$root/src-node$major.build.log" 2>&1; then
     tail -n 30 "$root/src-node$major.build.log" >&2
     echo "test-in-root.sh: building node-rdkafka's addon for Node $major failed (above: the end of $root/src-node$major.build.log)" >&2
     exit 1
