@@ -26,8 +26,15 @@
 //
 // CPU_COMPARE=path/to/other/dist/src/main.js runs another build (an earlier commit's) side by side,
 // alternating with this one in each round, against the same broker: the ratio holds for one run
-// on one machine even where the absolute figures move with what else the machine does.
-// CPU_COMPARE_NODE=path/to/node runs the compared build on another Node.js (one version against
+// on one machine even where the absolute figures move with what else the machine does. Several,
+// comma-separated, run in turn (each round starting with the next build); a copy of this tree among
+// them (an A/A pair) shows what ratio the run's noise alone gives.
+// CPU_TOGETHER=1 (paced only) measures the builds of a round at the same time, each at CPU_RATE
+// against its own topic, in one window, instead of one after the other: what else the machine does
+// in that window (the broker's collections, its log flushes, other tenants of the host) then falls on
+// every build alike. One after the other, an A/A pair's rounds differed by up to 19 % at the paced
+// 1-point row, and ten rounds could not tell 3 % (bench/HISTORY.md, 2026-11-27).
+// CPU_COMPARE_NODE=path/to/node runs the compared builds on another Node.js (one version against
 // another, the same code: bench/README.md, "Node 24 against Node 20"). CPU_WORKERS: the service's
 // WORKERS (1; 2 is the design-load shape on 2 cores).
 import { execFile, execFileSync } from 'node:child_process';
@@ -39,9 +46,9 @@ import { BROKERS, createTopic, deleteTopic } from '../support/kafka.js';
 import { freePort } from '../support/ports.js';
 import { topicSize, waitForDelivery } from './lib/delivery.js';
 import { pacedLoad } from './lib/paced-load.js';
-import { cpuSeconds, processTree, serviceThreadsCpu } from './lib/procfs.js';
+import { cpuSeconds, processTree, serviceThreadsCpu, type ServiceThreadsCpu } from './lib/procfs.js';
 import { benchPoints } from './lib/points.js';
-import { startTarget } from './lib/targets.js';
+import { startTarget, type Target } from './lib/targets.js';
 
 const env = process.env;
 const SECONDS = Number(env.CPU_SECONDS ?? 10);
@@ -58,9 +65,12 @@ if (env.CPU_BODIES !== undefined && !DISTINCT) throw new Error(`CPU_BODIES: only
 if (DISTINCT && RATES === null) throw new Error('CPU_BODIES=distinct needs CPU_RATE (wrk sends one body)');
 const rateOf = (points: number) => (RATES === null ? null : RATES[SHAPES.indexOf(points)] ?? null);
 const WORKERS = env.CPU_WORKERS ?? '1';
+const TOGETHER = env.CPU_TOGETHER === '1';
+if (TOGETHER && (RATES === null || env.CPU_COMPARE === undefined)) throw new Error('CPU_TOGETHER=1 needs CPU_RATE (under a closed loop the faster build would take the machine) and CPU_COMPARE');
+const compared = env.CPU_COMPARE ? env.CPU_COMPARE.split(',') : [];
 const builds: { name: string; entry?: string; node: string }[] = [
   { name: 'this tree', node: process.execPath },
-  ...(env.CPU_COMPARE ? [{ name: 'compared', entry: env.CPU_COMPARE, node: env.CPU_COMPARE_NODE ?? process.execPath }] : []),
+  ...compared.map((entry, i) => ({ name: compared.length === 1 ? 'compared' : `compared ${i + 1}`, entry, node: env.CPU_COMPARE_NODE ?? process.execPath })),
 ];
 const run = promisify(execFile);
 const nodeVersion = (node: string): string => (node === process.execPath ? process.version : execFileSync(node, ['--version']).toString().trim());
@@ -108,39 +118,61 @@ interface Row {
   accepted: number;
 }
 
-async function measure(build: (typeof builds)[number], points: number, round: number, seconds = SECONDS): Promise<Row> {
-  const id = `cpu${Date.now().toString(36)}`;
-  const topic = await createTopic(`bench.${id}.${points}`);
-  const target = await startTarget('ours', await freePort(), { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS }, build.entry, 'ready', build.node);
+/**
+ * One row per build of `together`, measured in one window: each build started on a fresh topic,
+ * warmed up, then loaded (all at once when there are several: CPU_TOGETHER) while the CPU of its
+ * processes is read, and its points read back from Kafka.
+ */
+async function measure(together: readonly (typeof builds)[number][], points: number, round: number, seconds = SECONDS): Promise<Row[]> {
+  const started: { build: (typeof builds)[number]; topic: string; target: Target; payload: string[] }[] = [];
   try {
-    const payload = bodies(points, id);
-    const warmup = await load(target.url, payload, points, WARMUP_SECONDS);
-    await waitForDelivery(topic, (warmup.requests - warmup.non2xx) * points);
-    const warm = await topicSize(topic);
-    const pids = processTree(target.proc.pid!);
-    const cpu0 = cpuSeconds(pids);
-    const threads0 = serviceThreadsCpu(pids);
-    const r = await load(target.url, payload, points, seconds);
-    const used = cpuSeconds(pids) - cpu0;
-    const threads1 = serviceThreadsCpu(pids);
-    const accepted = (r.requests - r.non2xx) * points;
-    const perPoint = (role: keyof typeof threads1) => ((threads1[role] - threads0[role]) * 1e6) / accepted;
-    await waitForDelivery(topic, warm + accepted);
-    const delivered = (await topicSize(topic)) - warm;
-    return {
-      build: build.name, points, round,
-      usPerPoint: (used * 1e6) / accepted,
-      usPerRequest: (used * 1e6) / (r.requests - r.non2xx),
-      split: { javascript: perPoint('javascript'), librdkafka: perPoint('librdkafka'), other: perPoint('other') },
-      pointsPerSecond: accepted / seconds,
-      p99Ms: r.p99Ms,
-      non2xx: r.non2xx,
-      delivered,
-      accepted,
-    };
+    for (const build of together) {
+      const id = `cpu${Date.now().toString(36)}${started.length}`;
+      const topic = await createTopic(`bench.${id}.${points}`);
+      const target = await startTarget('ours', await freePort(), { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS }, build.entry, 'ready', build.node).catch(async (err: unknown) => {
+        await deleteTopic(topic);
+        throw err;
+      });
+      started.push({ build, topic, target, payload: bodies(points, id) });
+    }
+    const warm = await Promise.all(
+      started.map(async (s) => {
+        const warmup = await load(s.target.url, s.payload, points, WARMUP_SECONDS);
+        await waitForDelivery(s.topic, (warmup.requests - warmup.non2xx) * points);
+        return topicSize(s.topic);
+      }),
+    );
+    const pids = started.map((s) => processTree(s.target.proc.pid!));
+    const cpu0 = pids.map((p) => cpuSeconds(p));
+    const threads0 = pids.map((p) => serviceThreadsCpu(p));
+    const results = await Promise.all(started.map((s) => load(s.target.url, s.payload, points, seconds)));
+    const used = pids.map((p, i) => cpuSeconds(p) - cpu0[i]!);
+    const threads1 = pids.map((p) => serviceThreadsCpu(p));
+    return await Promise.all(
+      started.map(async (s, i): Promise<Row> => {
+        const r = results[i]!;
+        const accepted = (r.requests - r.non2xx) * points;
+        const perPoint = (role: keyof ServiceThreadsCpu) => ((threads1[i]![role] - threads0[i]![role]) * 1e6) / accepted;
+        await waitForDelivery(s.topic, warm[i]! + accepted);
+        const delivered = (await topicSize(s.topic)) - warm[i]!;
+        return {
+          build: s.build.name, points, round,
+          usPerPoint: (used[i]! * 1e6) / accepted,
+          usPerRequest: (used[i]! * 1e6) / (r.requests - r.non2xx),
+          split: { javascript: perPoint('javascript'), librdkafka: perPoint('librdkafka'), other: perPoint('other') },
+          pointsPerSecond: accepted / seconds,
+          p99Ms: r.p99Ms,
+          non2xx: r.non2xx,
+          delivered,
+          accepted,
+        };
+      }),
+    );
   } finally {
-    await target.stop();
-    await deleteTopic(topic);
+    for (const s of started) {
+      await s.target.stop();
+      await deleteTopic(s.topic);
+    }
   }
 }
 
@@ -162,20 +194,27 @@ async function measureRefused(build: (typeof builds)[number]): Promise<{ request
   }
 }
 
+/** The builds in round `round`'s order: each round starts with the next one, so that none always meets a broker just warmed by another (with two, they alternate). */
+function roundOrder(round: number): typeof builds {
+  const first = (round - 1) % builds.length;
+  return [...builds.slice(first), ...builds.slice(0, first)];
+}
+
 const f = (n: number, d = 2) => n.toFixed(d);
 const rows: Row[] = [];
-console.log(`${RATES === null ? `wrk -t1 -c${CONNECTIONS}` : `${RATES.join(' / ')} points/s paced over ${CONNECTIONS} connections${DISTINCT ? ', 500 bodies of distinct coordinates' : ''}`}, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up (the broker's ${BROKER_WARMUP_SECONDS} s before), WORKERS=${WORKERS}, ${ROUNDS} rounds; builds: ${builds.map((b) => `${b.entry ?? b.name} on ${nodeVersion(b.node)}`).join(' vs ')}`);
+console.log(`${RATES === null ? `wrk -t1 -c${CONNECTIONS}` : `${RATES.join(' / ')} points/s paced over ${CONNECTIONS} connections${DISTINCT ? ', 500 bodies of distinct coordinates' : ''}`}, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up (the broker's ${BROKER_WARMUP_SECONDS} s before), WORKERS=${WORKERS}, ${ROUNDS} rounds${TOGETHER ? ', the builds of a round loaded at the same time' : ''}; builds: ${builds.map((b) => `${b.entry ?? b.name} on ${nodeVersion(b.node)}`).join(' vs ')}`);
 console.log('| build | points per request | round | µs CPU per point | of which JS thread / librdkafka / other | µs CPU per request | points/s | p99 ms | non-2xx | delivered / accepted |');
 console.log('|---|---|---|---|---|---|---|---|---|---|');
 try {
-  if (BROKER_WARMUP_SECONDS > 0) await measure(builds[0]!, 100, 0, BROKER_WARMUP_SECONDS);
+  if (BROKER_WARMUP_SECONDS > 0) await measure([builds[0]!], 100, 0, BROKER_WARMUP_SECONDS);
   for (const points of SHAPES) {
     for (let round = 1; round <= ROUNDS; round++) {
-      // Alternate which build goes first, so that neither always meets a broker just warmed by the other.
-      for (const build of round % 2 === 1 ? builds : [...builds].reverse()) {
-        const r = await measure(build, points, round);
-        rows.push(r);
-        console.log(`| ${r.build} | ${r.points} | ${r.round} | ${f(r.usPerPoint)} | ${f(r.split.javascript)} / ${f(r.split.librdkafka)} / ${f(r.split.other)} | ${f(r.usPerRequest, 1)} | ${Math.round(r.pointsPerSecond)} | ${f(r.p99Ms)} | ${r.non2xx} | ${r.delivered} / ${r.accepted} |`);
+      const order = roundOrder(round);
+      for (const together of TOGETHER ? [order] : order.map((b) => [b])) {
+        for (const r of await measure(together, points, round)) {
+          rows.push(r);
+          console.log(`| ${r.build} | ${r.points} | ${r.round} | ${f(r.usPerPoint)} | ${f(r.split.javascript)} / ${f(r.split.librdkafka)} / ${f(r.split.other)} | ${f(r.usPerRequest, 1)} | ${Math.round(r.pointsPerSecond)} | ${f(r.p99Ms)} | ${r.non2xx} | ${r.delivered} / ${r.accepted} |`);
+        }
       }
     }
   }
@@ -184,7 +223,7 @@ try {
     console.log('| build | round | refused requests | µs CPU per refused request |');
     console.log('|---|---|---|---|');
     for (let round = 1; round <= ROUNDS; round++) {
-      for (const build of round % 2 === 1 ? builds : [...builds].reverse()) {
+      for (const build of roundOrder(round)) {
         const r = await measureRefused(build);
         console.log(`| ${build.name} | ${round} | ${r.requests} | ${f(r.usPerRequest)} |`);
       }
@@ -193,14 +232,21 @@ try {
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }
-if (builds.length === 2) {
-  console.log('\nratio this tree / compared, µs CPU per point (mean of the rounds):');
+// Two figures per compared build: the ratio of the means, and the ratios of each round's pair (this
+// tree's row and the compared build's, measured one after the other), their median and range. A round
+// that ran while the machine did something else moves both rows of its pair, which the pair's ratio
+// cancels and the means do not; a copy of this tree as a compared build (an A/A pair) shows how far
+// the ratios spread when nothing differs.
+for (const other of builds.slice(1)) {
+  console.log(`\nratio this tree / ${other.name} (${other.entry}), µs CPU per point:`);
   for (const points of SHAPES) {
-    const mean = (b: string) => {
-      const xs = rows.filter((r) => r.build === b && r.points === points).map((r) => r.usPerPoint);
-      return xs.reduce((a, x) => a + x, 0) / xs.length;
-    };
-    console.log(`  ${points} points per request: ${f(mean('this tree'))} / ${f(mean('compared'))} = ${f(mean('this tree') / mean('compared'))}`);
+    const of = (b: string) => rows.filter((r) => r.build === b && r.points === points).sort((a, b2) => a.round - b2.round).map((r) => r.usPerPoint);
+    const ours = of('this tree');
+    const theirs = of(other.name);
+    const mean = (xs: number[]) => xs.reduce((a, x) => a + x, 0) / xs.length;
+    const pairs = ours.map((x, i) => x / theirs[i]!).sort((a, b) => a - b);
+    const median = pairs.length % 2 === 1 ? pairs[(pairs.length - 1) / 2]! : (pairs[pairs.length / 2 - 1]! + pairs[pairs.length / 2]!) / 2;
+    console.log(`  ${points} points per request: means ${f(mean(ours))} / ${f(mean(theirs))} = ${f(mean(ours) / mean(theirs))}; rounds' ratios median ${f(median)} (${f(pairs[0]!)} to ${f(pairs[pairs.length - 1]!)})`);
   }
 }
 process.exit(rows.some((r) => r.delivered < r.accepted) ? 1 : 0);
