@@ -233,7 +233,7 @@ try {
   rmSync(dir, { recursive: true, force: true });
 }
 // Two figures per compared build: the ratio of the means, and the ratios of each round's pair (this
-// tree's row and the compared build's, measured one after the other), their median and range. A round
+// tree's row and the compared build's, of the same round), their median and range. A round
 // that ran while the machine did something else moves both rows of its pair, which the pair's ratio
 // cancels and the means do not; a copy of this tree as a compared build (an A/A pair) shows how far
 // the ratios spread when nothing differs.
