@@ -65,9 +65,9 @@ if (env.CPU_BODIES !== undefined && !DISTINCT) throw new Error(`CPU_BODIES: only
 if (DISTINCT && RATES === null) throw new Error('CPU_BODIES=distinct needs CPU_RATE (wrk sends one body)');
 const rateOf = (points: number) => (RATES === null ? null : RATES[SHAPES.indexOf(points)] ?? null);
 const WORKERS = env.CPU_WORKERS ?? '1';
-const TOGETHER = env.CPU_TOGETHER === '1';
-if (TOGETHER && (RATES === null || env.CPU_COMPARE === undefined)) throw new Error('CPU_TOGETHER=1 needs CPU_RATE (under a closed loop the faster build would take the machine) and CPU_COMPARE');
 const compared = env.CPU_COMPARE ? env.CPU_COMPARE.split(',') : [];
+const TOGETHER = env.CPU_TOGETHER === '1';
+if (TOGETHER && (RATES === null || compared.length === 0)) throw new Error('CPU_TOGETHER=1 needs CPU_RATE (under a closed loop the faster build would take the machine) and CPU_COMPARE');
 const builds: { name: string; entry?: string; node: string }[] = [
   { name: 'this tree', node: process.execPath },
   ...compared.map((entry, i) => ({ name: compared.length === 1 ? 'compared' : `compared ${i + 1}`, entry, node: env.CPU_COMPARE_NODE ?? process.execPath })),
