@@ -4,7 +4,7 @@
 # and node-gyp builds the journal's addon (native/journal-files); compilers, headers and patch(1) stay
 # there. The runtime image has Node, the compiled JavaScript, production node_modules and the journal's
 # addon, the shared libraries librdkafka links against (OpenSSL 3, zlib) and jemalloc, which the workers
-# run on (WORKER_MALLOC=auto, src/allocator.ts), and runs as a non-root user.
+# run on (WORKER_MALLOC=auto, src/process/allocator.ts), and runs as a non-root user.
 # The build steps are scripts/image-build.sh's, which also makes this image's root without Docker
 # (`image-build.sh root`: the same Debian 13, Node 24 from the npm registry) and is tested from it.
 

@@ -32,7 +32,7 @@
 // the first million messages into the fresh topic were the dearest of a run (a broker that has not yet
 // taken this topic's load, and the producer's first touch of its memory).
 //
-// On the malloc the service's workers get (WORKER_MALLOC, src/allocator.ts): with jemalloc installed,
+// On the malloc the service's workers get (WORKER_MALLOC, src/process/allocator.ts): with jemalloc installed,
 // this process starts itself again with it preloaded, as the supervisor starts a worker.
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { isUtf8 } from 'node:buffer';
@@ -44,7 +44,7 @@ import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import Kafka from 'node-rdkafka';
 import { z } from 'zod';
-import { runsOnJemalloc, workerMallocEnv } from '../src/allocator.js';
+import { runsOnJemalloc, workerMallocEnv } from '../src/process/allocator.js';
 import { loadConfig } from '../src/config.js';
 import { producerSettings, STATS_INTERVAL_MS } from '../src/kafka/settings.js';
 import { encodePoints } from '../src/track-point/encode.js';

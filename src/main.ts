@@ -6,11 +6,11 @@
 // install (exit 5).
 import cluster from 'node:cluster';
 import { ConfigError, loadConfig, type Config } from './config.js';
-import { EXIT } from './exit-codes.js';
+import { EXIT } from './process/exit-codes.js';
 import { currentRuntime, UwsUnavailable, uwsBuild } from './http/uws.js';
 import { producerSettings } from './kafka/settings.js';
-import { runPrimary } from './supervisor.js';
-import { runWorker } from './worker.js';
+import { runPrimary } from './process/supervisor.js';
+import { runWorker } from './process/worker.js';
 
 let config: Readonly<Config>;
 try {

@@ -2,7 +2,7 @@
 // estimated: utime + stime of every process of the tree (all threads, librdkafka's included).
 import { execFileSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
-import { STANDBY_SLOT, WORKER_SLOT_ENV } from '../../src/cluster-protocol.js';
+import { STANDBY_SLOT, WORKER_SLOT_ENV } from '../../src/process/cluster-protocol.js';
 
 const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim());
 
@@ -94,7 +94,7 @@ export interface ServiceThreadsCpu {
 /**
  * The CPU of the service's process tree (primary first, as processTree returns it) split by role. A
  * worker's main thread is the thread whose id is its process id; the standby worker (its environment
- * says so, src/cluster-protocol.ts) serves nothing and counts as other.
+ * says so, src/process/cluster-protocol.ts) serves nothing and counts as other.
  */
 export function serviceThreadsCpu(pids: number[]): ServiceThreadsCpu {
   const out: ServiceThreadsCpu = { javascript: 0, librdkafka: 0, other: 0 };

@@ -5,10 +5,10 @@
 // Every worker listens on the same port; uWS sets SO_REUSEPORT, so the kernel spreads connections.
 import type uWS from 'uWebSockets.js';
 import type { Config } from '../config.js';
-import { errorAnswer, STATUS_LINE, type ErrorAnswer, type HttpStatus } from '../errors.js';
+import { errorAnswer, STATUS_LINE, type ErrorAnswer, type HttpStatus } from '../api/errors.js';
 import type { Logger } from '../log.js';
-import type { WorkerMetrics } from '../metrics.js';
-import { GET_PATHS, TRACK_PATH, type GetPath } from '../routes.js';
+import type { WorkerMetrics } from '../metrics/metrics.js';
+import { GET_PATHS, TRACK_PATH, type GetPath } from '../api/routes.js';
 import type { PointSink, TrackOutcome } from './track-body.js';
 import { TrackHandler, type TrackExchange } from './track-handler.js';
 import { uwsBuild, type UWS } from './uws.js';

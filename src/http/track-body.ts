@@ -9,11 +9,11 @@
 // takes the general path, which decides every answer but 202.
 import { isUtf8 } from 'node:buffer';
 import { gunzipSync } from 'node:zlib';
-import { errorAnswer, PRODUCER_REFUSALS, refusalMessage, type HttpStatus, type PointIssue, type ProducerRefusal, type RefusalContext, type TrackRejection } from '../errors.js';
+import { errorAnswer, PRODUCER_REFUSALS, refusalMessage, type HttpStatus, type ProducerRefusal, type RefusalContext, type TrackRejection } from '../api/errors.js';
 import type { DeliveryTicket } from '../kafka/delivery-reports.js';
 import type { Refusal } from '../kafka/producer.js';
 import { encodePoints, type EncodedPoints } from '../track-point/encode.js';
-import { validatePoints } from '../track-point/schema.js';
+import { validatePoints, type PointIssue } from '../track-point/schema.js';
 import { encodeValidBody } from '../track-point/single-pass.js';
 
 export interface TrackOutcome {

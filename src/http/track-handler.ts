@@ -16,9 +16,9 @@
 //
 // Every answer goes out through its exchange's answer() and is counted here, once.
 import type { Config } from '../config.js';
-import type { ProducerRefusal } from '../errors.js';
+import type { ProducerRefusal } from '../api/errors.js';
 import { newTicket } from '../kafka/delivery-reports.js';
-import type { WorkerMetrics } from '../metrics.js';
+import type { WorkerMetrics } from '../metrics/metrics.js';
 import { deliveryFailed, handleTrackBody, refuse, refusalAnswers, type PointSink, type TrackLimits, type TrackOutcome } from './track-body.js';
 import { WaitingRoom } from './waiting-room.js';
 

@@ -13,7 +13,7 @@
 // error or shutdown refuse at once, and end every wait.
 //
 // Bodies waiting are copies (uWS reuses its buffers), at most QUEUE_FULL_WAIT_MAX_BYTES of them.
-import type { ProducerRefusal } from '../errors.js';
+import type { ProducerRefusal } from '../api/errors.js';
 
 /** How often the queue is looked at while requests wait (Kafka acknowledges a batch every few ms). */
 const POLL_MS = 5;

@@ -11,7 +11,7 @@
 //   any state ──fatal error──▶ producer_failed      any state ──stop──▶ shutting_down
 //
 // Each refusal is a code of the error catalogue (errors.ts); connecting counts as broker_unavailable.
-import type { ProducerRefusal } from '../errors.js';
+import type { ProducerRefusal } from '../api/errors.js';
 import { BrokerSilence, type BrokerStatsSample, type SilentBroker } from './broker-silence.js';
 
 export type BrokerRefusal = Extract<ProducerRefusal, 'broker_unavailable' | 'broker_stalled' | 'topic_unknown' | 'producer_failed' | 'shutting_down'>;

@@ -7,7 +7,7 @@
 // points reported.
 import Kafka from 'node-rdkafka';
 import { Throttled, type Logger } from '../log.js';
-import type { WorkerMetrics } from '../metrics.js';
+import type { WorkerMetrics } from '../metrics/metrics.js';
 import type { FailedMessage } from './redelivery.js';
 
 /**

@@ -25,11 +25,11 @@
 // redelivery.ts (producing again what failed or an earlier process left).
 import Kafka from 'node-rdkafka';
 import type { Config } from '../config.js';
-import type { ProducerRefusal } from '../errors.js';
+import type { ProducerRefusal } from '../api/errors.js';
 import type { Journal } from '../journal/journal.js';
 import { recordBytes, type JournalBatch } from '../journal/record.js';
 import { Throttled, type Logger } from '../log.js';
-import type { WorkerMetrics } from '../metrics.js';
+import type { WorkerMetrics } from '../metrics/metrics.js';
 import type { EncodedPoints } from '../track-point/encode.js';
 import { BrokerLink, POLL_INTERVAL_MS } from './broker-link.js';
 import { BrokerState, silenceReason } from './broker-state.js';

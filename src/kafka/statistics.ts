@@ -1,6 +1,6 @@
 // librdkafka's statistics (STATISTICS.md), emitted every STATS_INTERVAL_MS: the fields this service
 // reads, and their export to Prometheus. The broker state reads them too (producer.ts, broker-state.ts).
-import type { WorkerMetrics } from '../metrics.js';
+import type { WorkerMetrics } from '../metrics/metrics.js';
 import type { BrokerStatsSample } from './broker-silence.js';
 
 interface Window {

@@ -2,11 +2,20 @@
 // The rules are the README's table of fields (the API contract). The OpenAPI document is generated
 // from this schema too, so the API description cannot drift from what the validator does.
 import { z } from 'zod';
-import { MAX_ERROR_DETAILS, type PointIssue } from '../errors.js';
 import { compileFastPath } from './fast-path.js';
 import { isRfc3339DateTime } from './rfc3339.js';
 
 export const CONTAINER_ID_MAX_LENGTH = 64;
+
+/** One rejected field of one point. `field` is absent when the element itself is wrong (not an object). */
+export interface PointIssue {
+  index: number;
+  field?: string;
+  message: string;
+}
+
+/** At most this many entries in `details`: a 10,000-point garbage body must not produce a 2 MB answer. */
+export const MAX_ERROR_DETAILS = 100;
 
 /** "is required" when the field is absent, otherwise the type message. */
 const typeError = (expected: string) => (issue: { input: unknown }) =>

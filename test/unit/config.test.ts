@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError, DEFAULTS, loadConfig, producerOptionsFrom } from '../../src/config.js';
-import { usableCpus } from '../../src/cpus.js';
+import { usableCpus } from '../../src/config.js';
 
 describe('configuration', () => {
   it('has the defaults of the spec', () => {

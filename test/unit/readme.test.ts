@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { DEFAULTS, PRODUCER_OPTION_PREFIX } from '../../src/config.js';
-import { CATALOGUE, catalogueRow, type CatalogueCode } from '../../src/errors.js';
+import { CATALOGUE, catalogueRow, type CatalogueCode } from '../../src/api/errors.js';
 
 const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
 

@@ -3,7 +3,7 @@
 import { gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { acceptedBody, handleTrackBody, refusalAnswers, type PointSink } from '../../../src/http/track-body.js';
-import { CATALOGUE, PRODUCER_REFUSALS, type ProducerRefusal } from '../../../src/errors.js';
+import { CATALOGUE, PRODUCER_REFUSALS, type ProducerRefusal } from '../../../src/api/errors.js';
 import type { Refusal } from '../../../src/kafka/producer.js';
 import { type EncodedPoints } from '../../../src/track-point/encode.js';
 import { messagesOf } from '../../../support/messages.js';

@@ -3,12 +3,12 @@
 // against uWebSockets.js and a real broker.
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../../src/config.js';
-import type { ProducerRefusal } from '../../../src/errors.js';
+import type { ProducerRefusal } from '../../../src/api/errors.js';
 import type { PointSink, TrackOutcome } from '../../../src/http/track-body.js';
 import { isJsonContentType, TrackHandler, type TrackExchange } from '../../../src/http/track-handler.js';
 import type { DeliveryTicket } from '../../../src/kafka/delivery-reports.js';
 import type { Refusal } from '../../../src/kafka/producer.js';
-import { createWorkerMetrics } from '../../../src/metrics.js';
+import { createWorkerMetrics } from '../../../src/metrics/metrics.js';
 import type { EncodedPoints } from '../../../src/track-point/encode.js';
 
 const point = { container_id: 'c1', lat: 1, lon: 2, timestamp: '2024-05-01T12:00:00Z' };

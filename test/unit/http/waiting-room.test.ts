@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { ProducerRefusal as Refusal } from '../../../src/errors.js';
+import type { ProducerRefusal as Refusal } from '../../../src/api/errors.js';
 import { WaitingRoom, type Waiter } from '../../../src/http/waiting-room.js';
 
 /** A producer whose queue takes `room` more requests; null room: an admission that always refuses with `refusal`. */

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { createLogger } from '../../../src/log.js';
 import { DeliveryReports, MSG_STATUS, newTicket, type DeliveryTicket } from '../../../src/kafka/delivery-reports.js';
 import type { FailedMessage } from '../../../src/kafka/redelivery.js';
-import { createWorkerMetrics } from '../../../src/metrics.js';
+import { createWorkerMetrics } from '../../../src/metrics/metrics.js';
 import { metricValue } from '../../helpers/service.js';
 
 const timedOut = Object.assign(new Error('Local: Message timed out'), { code: Kafka.CODES.ERRORS.ERR__MSG_TIMED_OUT, errno: Kafka.CODES.ERRORS.ERR__MSG_TIMED_OUT, origin: 'local' }) as Kafka.LibrdKafkaError;

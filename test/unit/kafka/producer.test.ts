@@ -12,7 +12,7 @@ import { Journal } from '../../../src/journal/journal.js';
 import { newTicket } from '../../../src/kafka/delivery-reports.js';
 import { TrackProducer } from '../../../src/kafka/producer.js';
 import { producerSettings } from '../../../src/kafka/settings.js';
-import { createWorkerMetrics } from '../../../src/metrics.js';
+import { createWorkerMetrics } from '../../../src/metrics/metrics.js';
 import { encodePoints } from '../../../src/track-point/encode.js';
 import { freePort } from '../../../support/ports.js';
 

@@ -1,7 +1,7 @@
 // librdkafka's statistics to Prometheus: what each snapshot sets, and what is left out.
 import { describe, expect, it } from 'vitest';
 import { realBrokers, StatisticsExporter, topicLeaders, type BrokerStats, type Statistics } from '../../../src/kafka/statistics.js';
-import { createWorkerMetrics } from '../../../src/metrics.js';
+import { createWorkerMetrics } from '../../../src/metrics/metrics.js';
 import { metricValue } from '../../helpers/service.js';
 
 const window = (p50: number, p99: number) => ({ p50, p99, cnt: 10 });

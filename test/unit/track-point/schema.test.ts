@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { validatePoints, TrackPointSchema } from '../../../src/track-point/schema.js';
-import { MAX_ERROR_DETAILS } from '../../../src/errors.js';
+import { MAX_ERROR_DETAILS } from '../../../src/track-point/schema.js';
 
 const base = { container_id: 'MSCU1234567', lat: 51.9, lon: 4.4, timestamp: '2024-05-01T12:00:00Z', speed: 3.5 };
 const issuesOf = (point: unknown) => {

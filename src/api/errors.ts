@@ -5,6 +5,8 @@
 // this table; a test holds the gateway's files (deploy/gateway) to it. Bodies are JSON:
 //   {"error": "validation_failed", "message": "2 invalid track points", "details": [...]}
 
+import type { PointIssue } from '../track-point/schema.js';
+
 /** Every status the service answers with, and its status line (uWS wants the whole line). */
 export const STATUS_LINE = {
   200: '200 OK',
@@ -90,15 +92,6 @@ export const ERROR_STATUS = Object.fromEntries(ERROR_CODES.map((code) => [code, 
 export const TRACK_REJECTIONS = ERROR_CODES.filter((code): code is TrackRejection => code !== 'not_found' && code !== 'method_not_allowed');
 export type TrackRejection = Exclude<ErrorCode, 'not_found' | 'method_not_allowed'>;
 
-/** One rejected field of one point. `field` is absent when the element itself is wrong (not an object). */
-export interface PointIssue {
-  index: number;
-  field?: string;
-  message: string;
-}
-
-/** At most this many entries in `details`: a 10,000-point garbage body must not produce a 2 MB answer. */
-export const MAX_ERROR_DETAILS = 100;
 
 /** An error answer: the status and Retry-After are the catalogue's for the code. */
 export interface ErrorAnswer<C extends ErrorCode = ErrorCode> {

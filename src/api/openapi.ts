@@ -4,7 +4,7 @@
 import { z } from 'zod';
 import { codesWithStatus, ERROR_CODES } from './errors.js';
 import { TRACK_PATH } from './routes.js';
-import { TrackPointSchema } from './track-point/schema.js';
+import { TrackPointSchema } from '../track-point/schema.js';
 
 export function buildOpenApi(limits: { maxPoints: number; maxBodyBytes: number }) {
   const point = z.toJSONSchema(TrackPointSchema, { io: 'input', target: 'draft-2020-12' });

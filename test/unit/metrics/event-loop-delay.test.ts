@@ -1,9 +1,9 @@
 // The event-loop delay metrics report how late a timer ran beyond its sampling interval: about 0 on
 // an idle loop (prom-client's raw samples read the interval itself there), the stall on a blocked one.
 import { describe, expect, it } from 'vitest';
-import { EVENT_LOOP_SAMPLE_MS, EventLoopDelay } from '../../src/event-loop-delay.js';
-import { createWorkerMetrics } from '../../src/metrics.js';
-import { metricValue } from '../helpers/service.js';
+import { EVENT_LOOP_SAMPLE_MS, EventLoopDelay } from '../../../src/metrics/event-loop-delay.js';
+import { createWorkerMetrics } from '../../../src/metrics/metrics.js';
+import { metricValue } from '../../helpers/service.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -2,15 +2,15 @@
 // the document's schema must agree with the validator on real examples.
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.js';
-import { buildOpenApi } from '../../src/openapi.js';
-import { validatePoints } from '../../src/track-point/schema.js';
+import { loadConfig } from '../../../src/config.js';
+import { buildOpenApi } from '../../../src/api/openapi.js';
+import { validatePoints } from '../../../src/track-point/schema.js';
 
 const doc = buildOpenApi(loadConfig({}));
 
 describe('openapi.json', () => {
   it('is the generated document (run `make openapi` after changing the schema)', () => {
-    expect(JSON.parse(readFileSync(new URL('../../openapi.json', import.meta.url), 'utf8'))).toEqual(doc);
+    expect(JSON.parse(readFileSync(new URL('../../../openapi.json', import.meta.url), 'utf8'))).toEqual(doc);
   });
 
   it('describes the same fields, requirements and ranges as the validator enforces', () => {

@@ -13,16 +13,16 @@ import { hostname } from 'node:os';
 import { runsOnJemalloc } from './allocator.js';
 import { runsSingleThreadedGc } from './gc.js';
 import { isPrimaryMessage, sendToPrimary, workerSlot } from './cluster-protocol.js';
-import type { Config } from './config.js';
+import type { Config } from '../config.js';
 import { EXIT } from './exit-codes.js';
-import { HttpServer } from './http/server.js';
-import { TrackProducer } from './kafka/producer.js';
-import { producerSettings } from './kafka/settings.js';
-import { Journal, JournalError } from './journal/journal.js';
-import { createLogger, type Logger } from './log.js';
-import { clusterMetricsClient } from './metrics-ipc.js';
-import { createWorkerMetrics } from './metrics.js';
-import { buildOpenApi } from './openapi.js';
+import { HttpServer } from '../http/server.js';
+import { TrackProducer } from '../kafka/producer.js';
+import { producerSettings } from '../kafka/settings.js';
+import { Journal, JournalError } from '../journal/journal.js';
+import { createLogger, type Logger } from '../log.js';
+import { clusterMetricsClient } from '../metrics/aggregate.js';
+import { createWorkerMetrics } from '../metrics/metrics.js';
+import { buildOpenApi } from '../api/openapi.js';
 
 const LISTEN_AFTER_PRODUCER_WAIT_MS = 5_000;
 

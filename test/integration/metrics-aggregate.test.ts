@@ -1,4 +1,4 @@
-// One scrape of /metrics covers every worker (metrics-ipc.ts): the primary collects the registries of
+// One scrape of /metrics covers every worker (src/metrics/aggregate.ts): the primary collects the registries of
 // the workers it names as serving and merges them; a worker that does not answer is left out after
 // 2 s instead of stalling the scrape. Real cluster workers (test/fixtures/metrics-worker.mjs, which
 // runs the built dist/), no broker.
@@ -6,7 +6,7 @@ import cluster, { type Worker } from 'node:cluster';
 import { fileURLToPath } from 'node:url';
 import client from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { serveClusterMetrics } from '../../src/metrics-ipc.js';
+import { serveClusterMetrics } from '../../src/metrics/aggregate.js';
 import { metricValue } from '../helpers/service.js';
 
 const FIXTURE = fileURLToPath(new URL('../fixtures/metrics-worker.mjs', import.meta.url));

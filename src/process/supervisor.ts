@@ -15,12 +15,12 @@ import cluster, { type Worker } from 'node:cluster';
 import { workerMallocEnv } from './allocator.js';
 import { workerExecArgv } from './gc.js';
 import { isWorkerMessage, sendToWorker, STANDBY_SLOT, WORKER_SLOT_ENV } from './cluster-protocol.js';
-import type { Config } from './config.js';
+import type { Config } from '../config.js';
 import { EXIT, STARTUP_FAILURES } from './exit-codes.js';
-import { uwsWorkerEnv } from './http/uws.js';
-import { createLogger } from './log.js';
-import { serveClusterMetrics } from './metrics-ipc.js';
-import { createPrimaryMetrics } from './metrics.js';
+import { uwsWorkerEnv } from '../http/uws.js';
+import { createLogger } from '../log.js';
+import { serveClusterMetrics } from '../metrics/aggregate.js';
+import { createPrimaryMetrics } from '../metrics/metrics.js';
 
 /** Restart back-off: a lone crash is replaced at once; repeated crashes (a crash loop) wait longer. */
 const RESTART_BASE_MS = 100;

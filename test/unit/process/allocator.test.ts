@@ -1,7 +1,8 @@
 // WORKER_MALLOC: which malloc the workers are forked with, decided from what is installed.
 import { describe, expect, it } from 'vitest';
-import { JEMALLOC_PATHS, workerMalloc, workerMallocEnv } from '../../src/allocator.js';
-import { loadConfig } from '../../src/config.js';
+import { JEMALLOC_PATHS, workerMalloc } from '../../../src/config.js';
+import { workerMallocEnv } from '../../../src/process/allocator.js';
+import { loadConfig } from '../../../src/config.js';
 
 const installed = (path: string) => (p: string) => p === path;
 const nothing = () => false;

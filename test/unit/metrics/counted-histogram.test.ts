@@ -3,7 +3,7 @@
 import fc from 'fast-check';
 import client from 'prom-client';
 import { describe, expect, it } from 'vitest';
-import { CountedHistogram } from '../../src/counted-histogram.js';
+import { CountedHistogram } from '../../../src/metrics/counted-histogram.js';
 
 const BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
 

@@ -1,5 +1,5 @@
 // WORKER_GC: how V8 collects the workers' garbage. The supervisor forks them with the flags below.
-import type { WorkerGc } from './config.js';
+import type { WorkerGc } from '../config.js';
 
 /** V8's flag that keeps a process's garbage collection on its main thread. */
 const SINGLE_THREADED_GC = '--single-threaded-gc';

@@ -6,9 +6,9 @@
 //   worker  ── ingest:standby-ready ─────▶ primary      a booted standby, ready to take a slot
 //   primary ── ingest:standby-activate {slot} ──▶ standby   take the slot (and journal) of a dead worker
 //   primary ── ingest:shutdown ──▶ worker               drain and exit
-//   metrics: see metrics-ipc.ts (ingest:metrics? / ingest:metrics! / ingest:collect? / ingest:collect!)
+//   metrics: see metrics/aggregate.ts (ingest:metrics? / ingest:metrics! / ingest:collect? / ingest:collect!)
 import type { Worker } from 'node:cluster';
-import type { Registry } from 'prom-client';
+import { METRICS_PRIMARY_TYPES, METRICS_WORKER_TYPES, type MetricsPrimaryMessage, type MetricsWorkerMessage } from '../metrics/aggregate.js';
 
 /**
  * Set by the primary on each worker it forks, not by operators: the worker's slot 0..WORKERS-1, kept
@@ -27,23 +27,18 @@ export function workerSlot(env: NodeJS.ProcessEnv = process.env): number | null 
   return Number.isInteger(n) && n >= 0 ? n : 0;
 }
 
-/** A worker's registry as prom-client serialises it for aggregation. */
-export type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
-
 export type WorkerMessage =
   | { type: 'ingest:worker-listening' }
   | { type: 'ingest:standby-ready' }
-  | { type: 'ingest:metrics?'; id: number }
-  | { type: 'ingest:collect!'; id: number; metrics: MetricsJson };
+  | MetricsWorkerMessage;
 
 export type PrimaryMessage =
   | { type: 'ingest:shutdown' }
   | { type: 'ingest:standby-activate'; slot: number }
-  | { type: 'ingest:metrics!'; id: number; text?: string; error?: string }
-  | { type: 'ingest:collect?'; id: number };
+  | MetricsPrimaryMessage;
 
-const WORKER_TYPES = new Set<string>(['ingest:worker-listening', 'ingest:standby-ready', 'ingest:metrics?', 'ingest:collect!']);
-const PRIMARY_TYPES = new Set<string>(['ingest:shutdown', 'ingest:standby-activate', 'ingest:metrics!', 'ingest:collect?']);
+const WORKER_TYPES = new Set<string>(['ingest:worker-listening', 'ingest:standby-ready', ...METRICS_WORKER_TYPES]);
+const PRIMARY_TYPES = new Set<string>(['ingest:shutdown', 'ingest:standby-activate', ...METRICS_PRIMARY_TYPES]);
 
 function typeOf(message: unknown): string | undefined {
   if (typeof message !== 'object' || message === null) return undefined;

@@ -3,11 +3,11 @@
 // held to it here.
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { CATALOGUE, ERROR_CODES, errorAnswer, PRODUCER_REFUSALS, type CatalogueCode } from '../../src/errors.js';
-import { createWorkerMetrics } from '../../src/metrics.js';
-import { buildOpenApi } from '../../src/openapi.js';
+import { CATALOGUE, ERROR_CODES, errorAnswer, PRODUCER_REFUSALS, type CatalogueCode } from '../../../src/api/errors.js';
+import { createWorkerMetrics } from '../../../src/metrics/metrics.js';
+import { buildOpenApi } from '../../../src/api/openapi.js';
 
-const read = (path: string) => readFileSync(new URL(`../../${path}`, import.meta.url), 'utf8');
+const read = (path: string) => readFileSync(new URL(`../../../${path}`, import.meta.url), 'utf8');
 
 interface GatewayAnswer {
   file: string;

@@ -11,7 +11,25 @@
 // when one of them is still starting.)
 import cluster, { type Worker } from 'node:cluster';
 import client, { type Registry } from 'prom-client';
-import { isPrimaryMessage, isWorkerMessage, sendToPrimary, sendToWorker, type MetricsJson } from './cluster-protocol.js';
+
+/** A worker's registry as prom-client serialises it for aggregation. */
+export type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
+
+/** What a worker says about metrics (process/cluster-protocol.ts lists them with every other message). */
+export type MetricsWorkerMessage = { type: 'ingest:metrics?'; id: number } | { type: 'ingest:collect!'; id: number; metrics: MetricsJson };
+/** What the primary says about metrics. */
+export type MetricsPrimaryMessage = { type: 'ingest:metrics!'; id: number; text?: string; error?: string } | { type: 'ingest:collect?'; id: number };
+
+export const METRICS_WORKER_TYPES = ['ingest:metrics?', 'ingest:collect!'] as const;
+export const METRICS_PRIMARY_TYPES = ['ingest:metrics!', 'ingest:collect?'] as const;
+
+/** Anything can arrive on the channel (Node and the process model use it too): only these pass. */
+const isOneOf = <M extends { type: string }>(types: readonly string[]) => (message: unknown): message is M =>
+  typeof message === 'object' && message !== null && types.includes((message as { type?: unknown }).type as string);
+const isMetricsWorkerMessage = isOneOf<MetricsWorkerMessage>(METRICS_WORKER_TYPES);
+const isMetricsPrimaryMessage = isOneOf<MetricsPrimaryMessage>(METRICS_PRIMARY_TYPES);
+const sendToPrimary = (message: MetricsWorkerMessage): void => void process.send?.(message);
+const sendToWorker = (worker: Worker, message: MetricsPrimaryMessage): void => void worker.send(message);
 
 const TIMEOUT_MS = 5_000;
 const COLLECT_TIMEOUT_MS = 2_000;
@@ -21,7 +39,7 @@ export function serveClusterMetrics(primaryRegistry: Registry, serving: () => Wo
   let next = 0;
   const pending = new Map<number, (worker: Worker, metrics: MetricsJson) => void>();
   cluster.on('message', (worker, message: unknown) => {
-    if (!isWorkerMessage(message)) return;
+    if (!isMetricsWorkerMessage(message)) return;
     if (message.type === 'ingest:collect!') {
       pending.get(message.id)?.(worker, message.metrics);
       return;
@@ -57,7 +75,7 @@ export function clusterMetricsClient(registry: Registry): () => Promise<string> 
   let next = 0;
   const waiting = new Map<number, { resolve: (text: string) => void; reject: (err: Error) => void; timer: NodeJS.Timeout }>();
   process.on('message', (message: unknown) => {
-    if (!isPrimaryMessage(message)) return;
+    if (!isMetricsPrimaryMessage(message)) return;
     if (message.type === 'ingest:collect?') {
       void registry.getMetricsAsJSON().then((metrics) => sendToPrimary({ type: 'ingest:collect!', id: message.id, metrics }));
       return;

@@ -1,7 +1,7 @@
 // What the primary and the workers say to each other: only our messages pass, whatever else uses
 // the channel; the slot a worker is forked with.
 import { describe, expect, it } from 'vitest';
-import { isPrimaryMessage, isWorkerMessage, STANDBY_SLOT, WORKER_SLOT_ENV, workerSlot } from '../../src/cluster-protocol.js';
+import { isPrimaryMessage, isWorkerMessage, STANDBY_SLOT, WORKER_SLOT_ENV, workerSlot } from '../../../src/process/cluster-protocol.js';
 
 describe('cluster protocol', () => {
   it('recognises the messages of each side and nothing else', () => {

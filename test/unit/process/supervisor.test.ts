@@ -1,6 +1,6 @@
 // The primary's restart back-off, as a function of the crashes of the last minute.
 import { describe, expect, it } from 'vitest';
-import { restartDelay } from '../../src/supervisor.js';
+import { restartDelay } from '../../../src/process/supervisor.js';
 
 describe('restartDelay', () => {
   it('replaces a lone crash at once, then waits twice as long for each more within a minute, up to 10 s', () => {

@@ -5,8 +5,8 @@
 import client from 'prom-client';
 import { CountedHistogram } from './counted-histogram.js';
 import { EVENT_LOOP_SAMPLE_MS, EventLoopDelay, type EventLoopDelaySnapshot } from './event-loop-delay.js';
-import { STATUS_LINE, TRACK_REJECTIONS, type HttpStatus, type TrackRejection } from './errors.js';
-import type { Route } from './routes.js';
+import { STATUS_LINE, TRACK_REJECTIONS, type HttpStatus, type TrackRejection } from '../api/errors.js';
+import type { Route } from '../api/routes.js';
 
 const { Counter, Gauge, Registry } = client;
 
