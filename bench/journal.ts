@@ -13,8 +13,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { diskFiles } from '../src/journal/files.js';
 import type { Journal as JournalType, JournalOptions } from '../src/journal/journal.js';
 import type { JournalBatch } from '../src/journal/record.js';
+import { claimSlotsNow } from '../src/journal/slot-lock.js';
 import { encodePoints } from '../src/track-point/encode.js';
 import { benchPoints } from './lib/points.js';
 
@@ -40,7 +42,11 @@ function batchOf(points: number): JournalBatch {
 /** µs of CPU (user + system, this process) per point for `records` records of `batch`. */
 function measure(Journal: JournalClass, sync: 'process' | 'disk', batch: JournalBatch, records: number): number {
   const dir = mkdtempSync(join(tmpdir(), 'bench-journal-'));
-  const journal = new Journal({ dir, slot: 0, slots: 1, maxBytes: 2 ** 40, sync });
+  // The slot claimed as a worker claims it; `slot` and `slots` too, for a compared build from before
+  // the claim (JOURNAL_COMPARE), which reads them instead.
+  const claim = claimSlotsNow({ files: diskFiles, dir, slot: 0, slotsInUse: 1 });
+  const options = { dir, claim, slot: 0, slots: 1, maxBytes: 2 ** 40, sync };
+  const journal = new Journal(options);
   const run = (n: number) => {
     for (let i = 1; i <= n; i++) {
       const r = journal.append(batch, 1_700_000_000_000 + i);
@@ -56,6 +62,7 @@ function measure(Journal: JournalClass, sync: 'process' | 'disk', batch: Journal
     return (cpu.user + cpu.system) / (records * batch.count);
   } finally {
     journal.close();
+    claim.release();
     rmSync(dir, { recursive: true, force: true });
   }
 }

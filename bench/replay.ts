@@ -6,7 +6,9 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { diskFiles } from '../src/journal/files.js';
 import { Journal } from '../src/journal/journal.js';
+import { claimSlotsNow } from '../src/journal/slot-lock.js';
 import { encodePoints } from '../src/track-point/encode.js';
 import { consumeAll, createTopic, deleteTopic, uniqueTopic } from '../support/kafka.js';
 import { freePort } from '../support/ports.js';
@@ -19,7 +21,9 @@ const BATCH = Number(process.env.REPLAY_BATCH ?? 100);
 const dir = mkdtempSync(join(tmpdir(), 'bench-replay-'));
 const topic = await createTopic(uniqueTopic('replay'));
 try {
-  const journal = new Journal({ dir, slot: 0, slots: 1, maxBytes: 2 ** 40, sync: 'process' });
+  // Written as a worker of slot 0 writes it, which then dies: the service's worker takes the slot.
+  const claim = claimSlotsNow({ files: diskFiles, dir, slot: 0, slotsInUse: 1 });
+  const journal = new Journal({ dir, claim, maxBytes: 2 ** 40, sync: 'process' });
   const points = benchPoints(BATCH, 'replay');
   for (let written = 0; written < POINTS; written += BATCH) {
     const e = encodePoints(points);
@@ -27,6 +31,7 @@ try {
   }
   const bytes = journal.bytes;
   journal.close();
+  claim.release();
 
   const started = performance.now();
   const target = await startTarget('ours', await freePort(), { MQ_TOPIC: topic, WORKERS: '1', JOURNAL_DIR: dir }, undefined, 'listening');

@@ -2,7 +2,9 @@
 //   allocateFile(fd, bytes)  the file's blocks up to `bytes` allocated on the disk (posix_fallocate)
 //   mapFile(fd, bytes)       an ArrayBuffer over the file's first `bytes` bytes, shared with it (MAP_SHARED)
 //   unmapFile(arrayBuffer)   detaches what mapFile returned and unmaps it, now rather than at its GC
-//   crc32c(first, second?)   CRC-32C of one Uint8Array, then another: one call for a record's head and data
+//   crc32c(first, second?)   CRC-32C of one Uint8Array, then another
+//   sealRecord(head, n, data) a record's two checks written into its head's first n bytes, in one call (src/journal/record.ts)
+//   lockFile(fd)             an exclusive flock(2) on the file, without waiting: true, or false when another holds it
 //   hardware                 whether crc32c uses the CPU's instruction (SSE 4.2)
 //
 // Node-API only (no V8 or NAN headers): the ABI is stable across Node versions, so one build serves
@@ -16,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 
 #include <node_api.h>
@@ -100,6 +103,27 @@ static napi_value allocate_file(napi_env env, napi_callback_info info) {
 #else
   return throw_errno(env, ENOTSUP, "posix_fallocate");
 #endif
+}
+
+// An exclusive lock on the whole file, as Kafka's log directories and PostgreSQL's data directory are
+// held: flock(2) locks belong to the open file description, so a second open of the file (another
+// process, or this one) is refused, and the kernel releases the lock when the holder's descriptor is
+// closed, at its exit or its death. false when another holds it; an errno error otherwise.
+static napi_value lock_file(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  int32_t fd = -1;
+  if (argc < 1 || napi_get_value_int32(env, argv[0], &fd) != napi_ok || fd < 0) {
+    napi_throw_type_error(env, NULL, "journal-files: lockFile takes a file descriptor");
+    return NULL;
+  }
+  int rc;
+  do rc = flock(fd, LOCK_EX | LOCK_NB);
+  while (rc != 0 && errno == EINTR);
+  bool locked = rc == 0;
+  if (!locked && errno != EWOULDBLOCK) return throw_errno(env, errno, "flock");
+  napi_value result;
+  CALL(env, napi_get_boolean(env, locked, &result));
+  return result;
 }
 
 // --- mappings --------------------------------------------------------------------------------
@@ -216,6 +240,7 @@ static uint32_t crc32c_hardware(uint32_t crc, const uint8_t* p, size_t n) { retu
 #endif
 
 static bool hardware = false;
+static uint32_t crc32c_of(const uint8_t* p, size_t n, uint32_t crc);
 
 static napi_value crc32c(napi_env env, napi_callback_info info) {
   ARGS(2);
@@ -232,11 +257,54 @@ static napi_value crc32c(napi_env env, napi_callback_info info) {
       napi_throw_type_error(env, NULL, "journal-files: crc32c takes one or two Uint8Arrays");
       return NULL;
     }
-    crc = hardware ? crc32c_hardware(crc, data, length) : crc32c_software(crc, data, length);
+    crc = crc32c_of(data, length, crc);
   }
   napi_value result;
   CALL(env, napi_create_uint32(env, crc, &result));
   return result;
+}
+
+static uint32_t crc32c_of(const uint8_t* p, size_t n, uint32_t crc) {
+  return hardware ? crc32c_hardware(crc, p, n) : crc32c_software(crc, p, n);
+}
+
+static void put_u32le(uint8_t* at, uint32_t v) {
+  at[0] = (uint8_t)v;
+  at[1] = (uint8_t)(v >> 8);
+  at[2] = (uint8_t)(v >> 16);
+  at[3] = (uint8_t)(v >> 24);
+}
+
+// The two checks of a record (src/journal/record.ts has the layout): the body's, CRC-32C of the head's
+// first headBytes bytes past its 40-byte header (the offsets) and then the data, written at byte 32;
+// then the header's,
+// CRC-32C of header bytes 8 to 40 (the body's check among them), written at byte 4. One call, as the
+// journal made one call for its single check before: a record of one point costs less to checksum
+// than a call.
+#define RECORD_HEADER_BYTES 40
+static napi_value seal_record(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  uint8_t* head = NULL;
+  uint8_t* data = NULL;
+  size_t head_length = 0, data_length = 0;
+  uint32_t head_bytes = 0;
+  napi_typedarray_type kind_head, kind_data;
+  if (argc < 3 || napi_get_typedarray_info(env, argv[0], &kind_head, &head_length, (void**)&head, NULL, NULL) != napi_ok ||
+      kind_head != napi_uint8_array || napi_get_value_uint32(env, argv[1], &head_bytes) != napi_ok ||
+      napi_get_typedarray_info(env, argv[2], &kind_data, &data_length, (void**)&data, NULL, NULL) != napi_ok ||
+      kind_data != napi_uint8_array) {
+    napi_throw_type_error(env, NULL, "journal-files: sealRecord(head, headBytes, data): a Uint8Array, its bytes in use, a Uint8Array");
+    return NULL;
+  }
+  if (head_bytes < RECORD_HEADER_BYTES || head_bytes > head_length) {
+    napi_throw_range_error(env, NULL, "journal-files: sealRecord: headBytes must be at least 40 and within the head");
+    return NULL;
+  }
+  uint32_t body = crc32c_of(head + RECORD_HEADER_BYTES, head_bytes - RECORD_HEADER_BYTES, 0);
+  body = crc32c_of(data, data_length, body);
+  put_u32le(head + 32, body);
+  put_u32le(head + 4, crc32c_of(head + 8, RECORD_HEADER_BYTES - 8, 0));
+  return NULL;
 }
 
 static napi_value init(napi_env env, napi_value exports) {
@@ -249,6 +317,8 @@ static napi_value init(napi_env env, napi_value exports) {
     { "mapFile", NULL, map_file, NULL, NULL, NULL, napi_enumerable, NULL },
     { "unmapFile", NULL, unmap_file, NULL, NULL, NULL, napi_enumerable, NULL },
     { "crc32c", NULL, crc32c, NULL, NULL, NULL, napi_enumerable, NULL },
+    { "sealRecord", NULL, seal_record, NULL, NULL, NULL, napi_enumerable, NULL },
+    { "lockFile", NULL, lock_file, NULL, NULL, NULL, napi_enumerable, NULL },
     { "hardware", NULL, NULL, NULL, NULL, has_hardware, napi_enumerable, NULL },
   };
   CALL(env, napi_define_properties(env, exports, sizeof properties / sizeof *properties, properties));

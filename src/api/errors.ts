@@ -61,7 +61,8 @@ export const CATALOGUE = {
   rate_limited: { status: 429, by: 'gateway', retryAfter: 1, resend: 'resend', when: 'More requests in one second than this client\'s limit: its API key\'s, else GATEWAY_RATE_LIMIT (per address when keys are off).' },
   request_header_too_large: { status: 431, by: 'gateway', resend: 'fix', when: 'A header block over 4 lines of 8 KiB.' },
   queue_full: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'Backpressure: Kafka takes points more slowly than they arrive (or refuses some, which are produced again); the request waited QUEUE_FULL_WAIT_MS for room in the producer queue and found none.' },
-  journal_full: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'The write-ahead journal (every accepted point until Kafka acknowledged it) is full (JOURNAL_MAX_BYTES) or cannot be written (a full disk); /readyz says which.' },
+  journal_full: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'The write-ahead journal (every accepted point until Kafka acknowledged it) is full (JOURNAL_MAX_BYTES) or its disk is (a write refused for room); /readyz says which.' },
+  journal_failed: { status: 500, by: 'service', retryAfter: 1, resend: 'check', when: 'The disk under the write-ahead journal failed a write or a sync (an I/O error): the worker stops taking points, is restarted and recovers what the disk holds. A request that waited for that sync (JOURNAL_SYNC=disk) may still reach Kafka: a resend may duplicate it.' },
   broker_unavailable: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'No Kafka broker reachable: not connected yet, or none for BROKER_DOWN_GRACE_MS.' },
   broker_stalled: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'Kafka brokers keep their connections but have answered nothing for BROKER_DOWN_GRACE_MS (a frozen broker).' },
   topic_unknown: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'The topic MQ_TOPIC does not exist or has no leader.' },
@@ -113,12 +114,13 @@ export function codesWithStatus(status: number): ErrorCode[] {
 }
 
 /**
- * Why the producer takes nothing of a request now, each a code of the catalogue: the broker state's
- * reasons (kafka/broker-state.ts), the producer queue's and the spill journal's.
+ * Why the write-ahead path takes nothing of a request now, each a code of the catalogue: the broker
+ * state's reasons (kafka/broker-state.ts), the producer queue's and the journal's.
  */
 export const PRODUCER_REFUSALS = [
   'queue_full',
   'journal_full',
+  'journal_failed',
   'broker_unavailable',
   'broker_stalled',
   'topic_unknown',
@@ -140,7 +142,8 @@ export function refusalMessage(refusal: ProducerRefusal, c: RefusalContext): str
   const nothing = 'nothing from this request was accepted';
   switch (refusal) {
     case 'queue_full': return `the producer queue is full: Kafka takes points more slowly than they arrive, and no room came within ${c.queueFullWaitMs} ms (QUEUE_FULL_WAIT_MS); ${nothing}`;
-    case 'journal_full': return `the journal, which keeps every accepted point until Kafka acknowledged it, is full (JOURNAL_MAX_BYTES) or cannot be written; ${nothing}`;
+    case 'journal_full': return `the journal, which keeps every accepted point until Kafka acknowledged it, is full (JOURNAL_MAX_BYTES) or its disk is; ${nothing}`;
+    case 'journal_failed': return `the disk under this worker's journal failed (an I/O error): the worker is being restarted; ${nothing}`;
     case 'broker_unavailable': return `no Kafka broker of ${c.brokers} can be reached (not connected yet, or none for more than ${c.brokerDownGraceMs} ms); ${nothing}`;
     case 'broker_stalled': return `the Kafka brokers have answered nothing for more than ${c.brokerDownGraceMs} ms while requests wait; ${nothing}`;
     case 'topic_unknown': return `topic ${c.topic} does not exist or has no leader; ${nothing}`;

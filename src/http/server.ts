@@ -9,7 +9,8 @@ import { errorAnswer, STATUS_LINE, type ErrorAnswer, type HttpStatus } from '../
 import type { Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics/metrics.js';
 import { GET_PATHS, TRACK_PATH, type GetPath } from '../api/routes.js';
-import type { PointSink, TrackOutcome } from './track-body.js';
+import type { PointSink } from '../write-ahead/acceptance.js';
+import type { TrackAnswer } from './track-answers.js';
 import { TrackHandler, type TrackExchange } from './track-handler.js';
 import { uwsBuild, type UWS } from './uws.js';
 
@@ -17,7 +18,8 @@ export interface ServerDeps {
   config: Config;
   log: Logger;
   metrics: WorkerMetrics;
-  producer: PointSink & { readiness(): { ready: boolean; reason: string } };
+  /** What takes the points: the write-ahead path (write-ahead/write-ahead.ts). */
+  sink: PointSink;
   /** The Prometheus text of every worker (asked of the primary). */
   clusterMetrics(): Promise<string>;
   workerId: string;
@@ -41,7 +43,7 @@ const H_CONTENT_ENCODING = bytes('content-encoding');
 const H_CONTENT_LENGTH = bytes('content-length');
 const H_RETRY_AFTER = bytes('retry-after');
 const H_CONNECTION = bytes('connection');
-/** The Retry-After of every 500 the service answers (track-body.ts), as bytes. */
+/** The Retry-After of every 500 the service answers (track-answers.ts), as bytes. */
 const ONE_SECOND = bytes('1');
 const JSON_TYPE_BYTES = bytes(JSON_TYPE);
 const CLOSE = bytes('close');
@@ -66,7 +68,7 @@ export class HttpServer {
   private draining = false;
 
   constructor(private readonly deps: ServerDeps) {
-    this.track = new TrackHandler(deps.config, deps.producer, deps.metrics);
+    this.track = new TrackHandler(deps.config, deps.sink, deps.metrics);
     const m = deps.metrics;
     this.tally = m.track.tally;
     const routeMetrics = Object.fromEntries(GET_PATHS.map((path) => [path, m.other(path)])) as Record<GetPath, RouteMetrics>;
@@ -77,7 +79,7 @@ export class HttpServer {
     const get: Record<GetPath, (res: uWS.HttpResponse) => void> = {
       '/healthz': (res) => this.reply(res, 200, healthy, routeMetrics['/healthz']),
       '/readyz': (res) => {
-        const r = this.deps.producer.readiness();
+        const r = this.deps.sink.readiness();
         this.reply(res, r.ready ? 200 : 503, r.ready ? READY : JSON.stringify({ status: 'not_ready', reason: r.reason }), routeMetrics['/readyz']);
       },
       '/metrics': (res) => this.onMetrics(res, routeMetrics['/metrics']),
@@ -176,7 +178,7 @@ export class HttpServer {
   }
 
   /** Writes a POST /track answer (counted by the handler). */
-  private finishTrack(res: uWS.HttpResponse, outcome: TrackOutcome, stopReading: boolean): void {
+  private finishTrack(res: uWS.HttpResponse, outcome: TrackAnswer, stopReading: boolean): void {
     if (stopReading) {
       // The rest of the body is not wanted. Closing the socket now would make the kernel answer the
       // unread bytes with a TCP RST, which can destroy the response before the client reads it.

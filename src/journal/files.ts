@@ -8,13 +8,13 @@
 // plain functions on a frozen object: one more property load per call on the hot path, nothing else
 // (bench/HISTORY.md has the side-by-side figure).
 import { closeSync, fdatasync, fdatasyncSync, fstatSync, fsync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, statfsSync, unlinkSync, writeSync, writevSync } from 'node:fs';
-import { mappableFileSystem, mapSegment, unmapSegment } from './native.js';
+import { lockFile, mappableFileSystem, mapSegment, unmapSegment } from './native.js';
 
 export type SyncDone = (err: Error | null) => void;
 
 export interface JournalFiles {
-  /** Creates the directory (and its parents) if missing. */
-  makeDir(dir: string): void;
+  /** Creates the directory (and its parents) if missing; returns the first directory it created, or undefined when none. */
+  makeDir(dir: string): string | undefined;
   /** The names in the directory. */
   list(dir: string): string[];
   /** Creates a new file for reading and writing; EEXIST when it exists. Returns its descriptor. */
@@ -56,11 +56,17 @@ export interface JournalFiles {
   map(fd: number, bytes: number): Uint8Array | null;
   /** Ends a mapping from map(): its view reads as empty afterwards. */
   unmap(map: Uint8Array): void;
+  /**
+   * Opens the file (created if missing) and takes an exclusive lock on it without waiting (flock):
+   * the descriptor, holding the lock until it is closed (or the process ends), or null when another
+   * open of the file holds it.
+   */
+  lock(path: string): number | null;
 }
 
 /** The journal's files on the real disk: Node's fs, and the journal's addon for mappings. */
 export const diskFiles: JournalFiles = Object.freeze({
-  makeDir: (dir: string) => void mkdirSync(dir, { recursive: true }),
+  makeDir: (dir: string) => mkdirSync(dir, { recursive: true }),
   list: (dir: string) => readdirSync(dir),
   create: (path: string) => openSync(path, 'wx+'), // read and write: a mapping needs both
   openWrite: (path: string) => openSync(path, 'r+'),
@@ -104,4 +110,15 @@ export const diskFiles: JournalFiles = Object.freeze({
   mappable: (dir: string) => mappableFileSystem(dir),
   map: (fd: number, bytes: number) => mapSegment(fd, bytes),
   unmap: (map: Uint8Array) => unmapSegment(map),
+  lock: (path: string) => {
+    const fd = openSync(path, 'a+');
+    try {
+      if (lockFile(fd)) return fd;
+    } catch (err) {
+      closeSync(fd);
+      throw err;
+    }
+    closeSync(fd);
+    return null;
+  },
 });

@@ -12,6 +12,12 @@
 // A file the journal is done with while it still has records to sync, or while a sync of it is under
 // way, is closed after that sync: closed before, the sync fails (EBADF: a 500 for requests whose points
 // were taken) or syncs whatever file took its number.
+//
+// A sync that fails fails the group commit for good: its requests and every one after are answered
+// with the failure, and no sync is tried again. After PostgreSQL's "fsyncgate" (2018): once fsync has
+// reported a failed writeback, Linux may have dropped the pages that failed and marked them clean, so
+// a later fsync can succeed without them ever reaching the disk. The journal is then failed, and the
+// worker is restarted to recover from what the disk holds (docs/reliability.md, "A disk that fails").
 import { diskFiles, type JournalFiles } from './files.js';
 import { JournalError } from './journal-error.js';
 
@@ -32,13 +38,19 @@ export class GroupCommit {
   private dirSyncing = false;
   /** Set by close(): the outcome of its sync. */
   private closed: { failure: Error | null } | null = null;
+  /** The first sync that failed: every commit since is answered with it. */
+  private failure: JournalError | null = null;
 
-  /** `dir`: the journal's directory, synced when a file in it was created, renamed or deleted. */
+  /**
+   * `dir`: the journal's directory, synced when a file in it was created, renamed or deleted.
+   * `onFailure`: called once, when a sync fails.
+   */
   constructor(
     private readonly dir: string,
     private readonly intervalMs: number,
     private readonly onCommit: (seconds: number) => void = () => {},
     private readonly files: JournalFiles = diskFiles,
+    private readonly onFailure: (err: JournalError) => void = () => {},
   ) {}
 
   /** A record was written into this file: the next commit syncs it. */
@@ -59,6 +71,7 @@ export class GroupCommit {
 
   /** Calls `done` once every record written so far is on the disk (and the directory entries that name their files). */
   afterCommit(done: CommitDone): void {
+    if (this.failure !== null) return done(this.failure);
     if (this.closed !== null) return done(new JournalError('the journal is closed: the worker is stopping'));
     this.waiters.push(done);
     if (!this.committing && this.cancelScheduled === null) this.schedule(false);
@@ -94,7 +107,7 @@ export class GroupCommit {
     this.dirSyncing = syncDir;
     this.committing = true;
     let pending = fds.length + (syncDir ? 1 : 0);
-    let failure: Error | null = null;
+    let failure: JournalError | null = null;
     const finish = () => {
       this.committing = false;
       this.syncing.clear();
@@ -111,16 +124,21 @@ export class GroupCommit {
           /* closed on a failed write already */
         }
       }
+      if (failure !== null && this.failure === null) {
+        this.failure = failure;
+        this.onFailure(failure);
+      }
       for (const w of waiters) w(failure);
-      if (this.waiters.length > 0) this.schedule(true);
+      if (this.failure !== null) for (const w of this.waiters.splice(0)) w(this.failure);
+      else if (this.waiters.length > 0) this.schedule(true);
     };
-    const one = (err: Error | null) => {
-      if (err !== null && failure === null) failure = syncError(err);
+    const one = (what: string) => (err: Error | null) => {
+      if (err !== null && failure === null) failure = syncError(err, what);
       if (--pending === 0) finish();
     };
     if (pending === 0) return finish();
-    for (const fd of fds) this.files.datasync(fd, one);
-    if (syncDir) this.files.syncDir(this.dir, one);
+    for (const fd of fds) this.files.datasync(fd, one('fdatasync of a segment'));
+    if (syncDir) this.files.syncDir(this.dir, one('fsync of the directory'));
   }
 
   /**
@@ -133,8 +151,10 @@ export class GroupCommit {
     this.cancelScheduled = null;
     const waiters = this.waiters;
     this.waiters = [];
-    let failure: Error | null = null;
+    let failure: Error | null = this.failure;
     try {
+      // Failed once, never synced again: a sync now could succeed over pages the kernel dropped.
+      if (failure !== null) throw failure;
       for (const fd of new Set([...this.unsynced, ...this.syncing])) this.files.datasyncSync(fd);
       // The directory too when a sync of it is under way: its requests are answered here, and its
       // fsync may not have reached the disk yet (found by the power-cut test, seed 8: a segment's
@@ -143,7 +163,7 @@ export class GroupCommit {
       this.unsynced.clear();
       this.dirUnsynced = false;
     } catch (err) {
-      failure = syncError(err as Error);
+      failure = err === this.failure ? this.failure : syncError(err as Error, 'sync of the journal at close');
     }
     this.closed = { failure };
     for (const w of waiters) w(failure);
@@ -152,6 +172,6 @@ export class GroupCommit {
   }
 }
 
-function syncError(err: Error): JournalError {
-  return new JournalError(`cannot sync the journal to disk: ${err.message}`, { cause: err });
+function syncError(err: Error, what: string): JournalError {
+  return new JournalError(`cannot sync the journal to disk (${what}): ${err.message}`, { cause: err });
 }

@@ -3,28 +3,22 @@
 // of the worker (kill -9, an OOM kill, a native crash) or of the whole service loses nothing: the
 // next worker in the slot, or the next start, produces again what is left.
 //
-//   append ──▶ segment file (written to the OS; with JOURNAL_SYNC=disk also fdatasync'd before the 202)
-//     │                                  each record has an id: produceBatch's tag (kafka/producer.ts)
+//   append ──▶ segment file (written to the OS; with JOURNAL_SYNC=disk also fdatasync'd before the 202:
+//     │        afterCommit, group-commit.ts)      each record has an id: produceBatch's tag
 //     ▼
 //   acknowledged(id, n) ── all its points acknowledged ──▶ marked done (.done beside the segment)
-//     a segment whose records are all done, and that takes no more, is deleted with its marks
+//     a segment whose records are all done, and that takes no more, is deleted with its marks, or
+//     kept as a spare to be written over
 //
-//   open ──▶ the segments a worker of this slot left (slot 0 also takes those of slots that no longer
+//   open ──▶ the segments of the slots claimed (its own, and for slot 0 those of slots that no longer
 //            exist) are recovered: their records not marked done are read back (nextRecovered) and
-//            produced again, with the timestamps they were accepted with: at least once.
+//            produced again, with the timestamps they were accepted with: at least once. A damaged
+//            record is counted and reported, and costs that record alone (record.ts).
 //
-// Files: `slot-<slot>.<seq>.wal` (records, record.ts), `slot-<slot>.<seq>.done` (the indexes of the
-// records done, in the order they were done, each with a check: marks.ts), and one empty
-// `slot-<slot>.<limit>.next` (segment numbers reserved up to it: nextSeqNumber). A segment file whose
-// records are all done is not deleted but kept as a spare (`slot-<slot>.<seq>.spare`, two at most)
-// and written over as the next segment: writing over pages the OS already holds cost less than half
-// of writing new ones (6-7 against 15-17 µs of CPU per 12.8 KB record, measured on this machine's
-// ext4), and on the live service it was most of the journal's cost. Records of the file's earlier
-// use, left past the new ones, carry their old segment number, which ends the reading; only this
-// process's spares are written over (the constructor says why). One slot's files are written by one
-// process at a time (a replacement takes a dead worker's slot), so nothing needs a lock. The marks spare a restart the
-// records Kafka had already acknowledged; a record acknowledged after its mark was last written (at
-// most one poll interval, 10 ms) is produced again: a duplicate, counted as possible.
+// One process writes a slot's files: the caller holds the slot's lock (slot-lock.ts) and hands its
+// claim here. File names, the reservation of segment numbers and spares: slot-files.ts; the record:
+// record.ts; the marks: marks.ts; earlier versions' formats: legacy.ts; every file operation goes
+// through files.ts.
 //
 // Writes are synchronous: a record is in the OS before the request is answered, whatever the event
 // loop does next, and the order of records is the order of requests. In JOURNAL_SYNC=process mode, on
@@ -32,33 +26,32 @@
 // and mapped into memory when it is opened, and a record is copied into the mapping: the page cache
 // is the file, so the record outlives the process just as a written one does, for a copy instead of
 // a system call. A spare keeps its mapping for its next use. Where the disk cannot give a whole
-// segment (nearly full), or elsewhere, records are written with pwritev, and a full disk is a refused
-// write. With JOURNAL_SYNC=disk the 202 also waits for an fdatasync of the segment, one for every
-// request that came in the meantime (group-commit.ts).
-import { join } from 'node:path';
-import { crc32 } from 'node:zlib';
+// segment (nearly full), or elsewhere, records are written with pwritev.
+//
+// What the disk refuses: a write refused for room (ENOSPC) keeps nothing of the record (the file is
+// cut back) and the journal takes records again once the disk has room (writable()). Any other failed
+// write, fdatasync or directory fsync fails the journal for good: it takes nothing more, and says so
+// through onFailure; the worker is restarted to recover from what the disk holds (group-commit.ts says
+// why a failed sync is never retried).
 import { diskFiles, type JournalFiles } from './files.js';
 import { GroupCommit, type CommitDone } from './group-commit.js';
-import { decodeLegacyMarks, decodeMarks, encodeMarks, LEGACY_MARKS_SUFFIX, MARKS_SUFFIX } from './marks.js';
-import { JournalError } from './journal-error.js';
-import { encodeHead, isRecordMagic, readRecord, RECORD_HEADER_BYTES, RECORD_PREFIX_BYTES, recordBytes, type JournalBatch, type JournalRecord } from './record.js';
+import { isNoRoom, JournalError } from './journal-error.js';
+import { decodeLegacyMarks, isLegacySegment, legacyRecordBytes, readSpillFile, scanLegacySegment } from './legacy.js';
+import { decodeMarks, encodeMarks } from './marks.js';
+import { encodeHead, readHeader, RECORD_HEADER_BYTES, recordBytes, scanSegment, type JournalBatch, type JournalRecord, type SegmentItem } from './record.js';
+import { findSlotFiles, makeDurableDir, marksFilesOf, marksPath, segmentPath, SeqReservation, Spares, unlinkIfThere, type FoundFiles } from './slot-files.js';
+import type { SlotClaim } from './slot-lock.js';
 
 /** A segment takes no more records past this size (a larger record still gets a segment of its own). */
 export const SEGMENT_MAX_BYTES = 16 * 1024 * 1024;
 /** The active segment is rolled over once everything in it is done and it holds this much. */
 const ROLL_WHEN_DONE_BYTES = 1024 * 1024;
-/** After a failed write, how often the free space of the journal's file system is looked at. */
+/** After a write refused for room, how often the free space of the journal's file system is looked at. */
 const PROBE_INTERVAL_MS = 1_000;
 /** Record ids wrap here: produceBatch's tags are 0 to 2^31 - 1. */
 const ID_LIMIT = 2 ** 31;
-/** Any file of a slot's: segments, spares, marks, and the reservation of its numbers. */
-const SLOT_FILE_RE = /^slot-(\d+)\.(\d{12})\.(wal|spare|done|acks|next)$/;
-/** Segment numbers reserved at a time (a directory fsync each: once per this many segments). */
-const SEQ_BLOCK = 1000;
-/** Done segment files kept to be written over (see above), per slot. */
+/** Done segment files kept to be written over (slot-files.ts, Spares), per slot. */
 const MAX_SPARES = 2;
-/** The spill journal of earlier versions: records that failed after their 202, read in place at open. */
-const LEGACY_RE = /^worker-(\d+)\.(\d{12})\.spill$/;
 
 export type JournalSync = 'process' | 'disk';
 
@@ -66,17 +59,18 @@ export { JournalError };
 
 export interface JournalOptions {
   dir: string;
-  slot: number;
-  /** Slots in use (WORKERS): slot 0 recovers the files of slots at or above it. */
-  slots: number;
+  /** The slots this journal holds (slot-lock.ts): it writes `claim.slot` and recovers every slot of `claim.slots`. */
+  claim: Pick<SlotClaim, 'slot' | 'slots'>;
   maxBytes: number;
   sync: JournalSync;
   /** JOURNAL_SYNC=disk: the least time between the starts of two group commits (0: one as soon as the last ends). */
   syncIntervalMs?: number;
   /** JOURNAL_SYNC=disk: called with each group commit's duration in seconds (its fdatasyncs, start to end). */
   onCommit?: (seconds: number) => void;
-  /** A record whose CRC does not match, or a file that ends in a torn record: counted and skipped. */
-  onCorrupt?: (file: string, at: number, what: string) => void;
+  /** Records found damaged when read back (`records` of them, the first at byte `at` of `file`): counted and skipped. */
+  onDamage?: (file: string, at: number, records: number, what: string) => void;
+  /** Called once when the journal fails (a write, fdatasync or directory fsync the disk failed): it takes nothing more. */
+  onFailure?: (err: JournalError) => void;
   /** Map segments where the file system allows (the default), or always write them with pwritev. */
   mapSegments?: boolean;
   /** Every file operation goes through here: the disk (the default), or a test's crashable file system. */
@@ -101,7 +95,7 @@ interface Segment {
   done: number;
   /** Takes no more records: rolled over, or recovered and read to its end. */
   sealed: boolean;
-  /** Left by an earlier process: read, never written. Once done it is deleted, never kept as a spare (see the constructor). */
+  /** Left by an earlier process: read, never written. Once done it is deleted, never kept as a spare (slot-files.ts says why). */
   readonly recovered: boolean;
   /** An earlier version's spill file, read in place: no marks, deleted once done. */
   readonly spill: boolean;
@@ -127,26 +121,30 @@ export interface InFlightRecord {
   readonly producedAt: number;
 }
 
+/** A record read back from what an earlier process left, in flight again under a new id. */
+export interface RecoveredRecord {
+  readonly record: JournalRecord;
+  readonly inFlight: InFlightRecord;
+}
+
 export class Journal {
   readonly dir: string;
   private readonly slot: number;
   private readonly maxBytes: number;
-  private readonly onCorrupt: JournalOptions['onCorrupt'];
+  private readonly files: JournalFiles;
+  private readonly onDamage: JournalOptions['onDamage'];
+  private readonly onFailure: JournalOptions['onFailure'];
   /** Every segment not yet deleted, oldest first; the last is the active one (when not recovered). */
   private readonly segments: Segment[] = [];
   private active: Segment | null = null;
-  /** Done segment files kept to be written over by the next segments, with their mappings. */
-  private readonly spares: { path: string; map: Uint8Array | null }[] = [];
+  private readonly spares: Spares;
+  private readonly numbers: SeqReservation;
   /** The file system when segments are mapped (JOURNAL_SYNC=process, and see native.ts), else null. */
   readonly mappedOn: string | null;
   /** A segment's size: SEGMENT_MAX_BYTES unless the options say otherwise. */
   private readonly segmentMaxBytes: number;
   /** A new mapped segment's capacity: that, or JOURNAL_MAX_BYTES when smaller (it is allocated whole). */
   private readonly segmentBytes: number;
-  private nextSeq = 0;
-  /** Numbers below this one are reserved on the disk: `slot-<slot>.<reservedUpTo>.next` (see nextSeqNumber). */
-  private reservedUpTo = 0;
-  private reservation: string | null = null;
   private nextId = 0;
   private heldBytes = 0;
   private readonly inFlight = new Map<number, InFlightRecord>();
@@ -155,114 +153,54 @@ export class Journal {
   private recoveredQueue: { segment: Segment; index: number; record: JournalRecord }[] = [];
   /** Records left by an earlier process not yet handed out (an estimate until each file is read). */
   private recoveredLeft = 0;
-  /** The last append failed (disk full, I/O error): cleared by the next that succeeds (see writable()). */
-  writeFailure: JournalError | null = null;
-  private failedBytes = 0;
+  /** The last append was refused for room: cleared once the disk has room again (writable()). */
+  noRoom: JournalError | null = null;
+  private refusedBytes = 0;
   private lastProbeAt = 0;
-  /** Counts, for the metrics. */
-  corruptRecords = 0;
+  /** The journal failed (a write or sync the disk failed): it takes nothing more. */
+  failure: JournalError | null = null;
+  /** Records found damaged when read back, for the metrics. */
+  damagedRecords = 0;
   /** The head (header and offsets) of the record being written: scratch, grown as records need. */
   private head: Buffer = Buffer.alloc(4096);
   /** JOURNAL_SYNC=disk: the fdatasyncs the 202s wait for (group-commit.ts); null in process mode. */
   private readonly commits: GroupCommit | null;
-  private readonly files: JournalFiles;
 
   /** Creates the directory if needed and finds what earlier processes left. Throws JournalError. */
   constructor(opts: JournalOptions) {
     this.dir = opts.dir;
-    this.slot = opts.slot;
+    this.slot = opts.claim.slot;
     this.maxBytes = opts.maxBytes;
     const files = (this.files = opts.files ?? diskFiles);
-    this.commits = opts.sync === 'disk' ? new GroupCommit(opts.dir, opts.syncIntervalMs ?? 0, opts.onCommit, files) : null;
-    this.onCorrupt = opts.onCorrupt;
-    let names: string[];
+    this.onDamage = opts.onDamage;
+    this.onFailure = opts.onFailure;
+    this.commits = opts.sync === 'disk' ? new GroupCommit(opts.dir, opts.syncIntervalMs ?? 0, opts.onCommit, files, (err) => this.fail(err)) : null;
+    let found: FoundFiles;
     try {
-      files.makeDir(this.dir);
-      names = files.list(this.dir);
+      makeDurableDir(files, this.dir);
+      found = findSlotFiles(files, this.dir, this.slot, opts.claim.slots, files.list(this.dir));
     } catch (err) {
       throw new JournalError(`cannot use the journal directory ${this.dir} (JOURNAL_DIR): ${(err as Error).message}`, { cause: err });
     }
+    this.numbers = new SeqReservation(files, this.dir, this.slot, found);
+    this.spares = new Spares(files, MAX_SPARES, () => this.commits?.dirChanged());
     // In disk mode a mapped page written after its fdatasync faults again (12 against 5 µs a record, measured): pwritev there.
     this.mappedOn = opts.sync === 'process' && opts.mapSegments !== false ? files.mappable(this.dir) : null;
     this.segmentMaxBytes = opts.segmentBytes ?? SEGMENT_MAX_BYTES;
     this.segmentBytes = Math.min(this.segmentMaxBytes, opts.maxBytes);
-    const ours = (slot: number) => slot === this.slot || (this.slot === 0 && slot >= opts.slots);
-    // Sequence numbers go on from the highest any file of this slot has, marks included: after a power
-    // cut a segment's name may be gone while its marks are not, and a new segment of that number would
-    // take them for its own (the power-cut test lost a record that way, seed 87). And from the slot's
-    // reservation (nextSeqNumber), which outlives every other file.
-    const found: { slot: number; seq: number; name: string }[] = [];
-    const walSeqs = new Set<string>();
-    const legacy: string[] = [];
-    for (const name of names) {
-      const m = SLOT_FILE_RE.exec(name);
-      if (m === null) {
-        const l = LEGACY_RE.exec(name);
-        if (l !== null && ours(Number(l[1]))) legacy.push(name);
-        continue;
-      }
-      const slot = Number(m[1]);
-      const seq = Number(m[2]);
-      if (slot === this.slot) this.nextSeq = Math.max(this.nextSeq, m[3] === 'next' ? seq : seq + 1);
-      if (m[3] === 'next') {
-        if (slot !== this.slot) continue;
-        // One reservation: the highest (after a power cut, an older name may be back beside it).
-        if (this.reservation !== null && seq <= this.reservedUpTo) {
-          unlinkIfThere(files, join(this.dir, name));
-          continue;
-        }
-        if (this.reservation !== null) unlinkIfThere(files, this.reservation);
-        this.reservation = join(this.dir, name);
-        this.reservedUpTo = seq;
-        continue;
-      }
-      if (!ours(slot)) continue;
-      if (m[3] === 'wal') {
-        found.push({ slot, seq, name });
-        walSeqs.add(`${slot}.${m[2]}`);
-      } else if (m[3] === 'spare') {
-        // Not written over: after a power cut a spare may hold records of a higher number than its
-        // name (a rename to its next use that did not reach the disk), and a new segment of that
-        // number written over it would read them back as its own. Spares are this process's only.
-        unlinkIfThere(files, join(this.dir, name));
-      }
-    }
-    for (const name of names) {
-      // Marks without their segment (it was deleted, or its name did not survive a power cut).
-      const m = SLOT_FILE_RE.exec(name);
-      if (m !== null && (m[3] === 'done' || m[3] === 'acks') && ours(Number(m[1])) && !walSeqs.has(`${m[1]}.${m[2]}`)) unlinkIfThere(files, join(this.dir, name));
-    }
-    // An earlier version's spill files first (their points are the oldest), read where they are:
-    // written into a segment instead, a crash between that and their deletion gave their points back twice.
-    for (const name of legacy.sort()) {
-      const path = join(this.dir, name);
-      let buf: Buffer;
-      try {
-        buf = files.readFile(path);
-      } catch {
-        continue;
-      }
-      const segment: Segment = {
-        seq: -1, slot: this.slot, path, fd: null, map: null, capacity: buf.byteLength, bytes: buf.byteLength, records: 0, done: 0, sealed: true, recovered: true, spill: true, marks: [], marksFd: null, doneBefore: new Set(),
-      };
-      for (const record of readLegacySpill(buf, (at, what) => this.corrupt(path, at, what))) {
-        this.recoveredQueue.push({ segment, index: segment.records++, record });
-        this.recoveredLeft++;
-      }
+    // An earlier version's spill files first (their points are the oldest), read where they are, when
+    // their turn comes: written into a segment instead, a crash between that and their deletion gave
+    // their points back twice.
+    for (const path of found.spills) {
+      const segment = newSegment(-1, this.slot, path, { capacity: 0, bytes: 0, recovered: true, spill: true });
       this.segments.push(segment);
-      this.heldBytes += segment.bytes;
-      if (segment.records === 0) this.deleteIfDone(segment);
+      this.toRecover.push(segment);
     }
-    found.sort((a, b) => a.slot - b.slot || a.seq - b.seq);
-    for (const f of found) {
-      const path = join(this.dir, f.name);
+    for (const f of found.segments) {
       // Counted now (headers only), read when their turn comes: the metrics say what waits from the start.
       // A mapped segment's file is longer than its records: the records' bytes are what the limit counts.
-      const { records, bytes } = countRecords(files, path, f.seq);
-      const segment: Segment = {
-        seq: f.seq, slot: f.slot, path, fd: null, map: null, capacity: bytes, bytes, records: 0, done: 0, sealed: false, recovered: true, spill: false, marks: [], marksFd: null,
-        doneBefore: readMarks(files, path, f.seq),
-      };
+      const { records, bytes } = countRecords(files, f.path, f.seq);
+      const segment = newSegment(f.seq, f.slot, f.path, { capacity: bytes, bytes, recovered: true, doneBefore: readMarks(files, f.path, f.seq) });
       this.segments.push(segment);
       this.toRecover.push(segment);
       this.heldBytes += bytes;
@@ -282,29 +220,31 @@ export class Journal {
   }
 
   /**
-   * Whether records can be written: no write has failed since the last that succeeded, or the disk
-   * has room again for twice the record that failed (statfs, looked at once a second at most). A
-   * failure other than a full disk (an I/O error, a read-only file system) shows at the next try.
+   * Whether records can be written: the journal has not failed, and no write was refused for room
+   * since the last that succeeded, or the disk has room again for twice the record refused (statfs,
+   * looked at once a second at most).
    */
   writable(): boolean {
-    if (this.writeFailure === null) return true;
+    if (this.failure !== null) return false;
+    if (this.noRoom === null) return true;
     const now = Date.now();
     if (now - this.lastProbeAt < PROBE_INTERVAL_MS) return false;
     this.lastProbeAt = now;
     try {
-      if (this.files.freeBytes(this.dir) >= 2 * this.failedBytes) this.writeFailure = null;
+      if (this.files.freeBytes(this.dir) >= 2 * this.refusedBytes) this.noRoom = null;
     } catch {
-      /* still failing */
+      /* still refused */
     }
-    return this.writeFailure === null;
+    return this.noRoom === null;
   }
 
   /**
    * Writes the record of one accepted request; returns its id (produceBatch's tag), in flight until
-   * Kafka has acknowledged all its points. Throws JournalError when the disk refuses it, having kept
-   * nothing of it (the file is cut back to before it).
+   * Kafka has acknowledged all its points. Throws JournalError when the record cannot be written,
+   * having kept nothing of it: `full` when the disk refused it for room, else the journal has failed.
    */
   append(batch: JournalBatch, timestamp: number): InFlightRecord {
+    if (this.failure !== null) throw this.failure;
     const { segment, index } = this.write(batch, timestamp);
     return this.track(segment, index, batch.count, timestamp);
   }
@@ -313,7 +253,8 @@ export class Journal {
   private write(batch: JournalBatch, timestamp: number): { segment: Segment; index: number } {
     const bytes = recordBytes(batch);
     const segment = this.activeFor(bytes);
-    this.head = encodeHead(this.head, batch, timestamp, segment.seq);
+    const index = segment.records;
+    this.head = encodeHead(this.head, batch, timestamp, segment.seq, index);
     const head = this.head.subarray(0, bytes - batch.data.byteLength);
     if (segment.map !== null) {
       // Into the page cache with two copies (activeFor made room: the segment is allocated whole).
@@ -322,11 +263,12 @@ export class Journal {
     } else {
       this.writeAt(segment, [head, batch.data], bytes);
     }
-    this.writeFailure = null;
+    this.noRoom = null;
     segment.bytes += bytes;
     this.heldBytes += bytes;
     this.commits?.written(segment.fd!);
-    return { segment, index: segment.records++ };
+    segment.records++;
+    return { segment, index };
   }
 
   /** Writes a record with pwritev at the segment's end; on failure keeps nothing of it and throws. */
@@ -337,9 +279,31 @@ export class Journal {
       // writev may write part of it (a disk nearly full): the rest, or the error that says why.
       while (written < bytes) written += writeRest(this.files, segment.fd!, parts, written, segment.bytes);
     } catch (err) {
-      this.failedBytes = bytes;
-      this.writeFailed(segment, err);
+      this.writeFailed(segment, bytes, err);
     }
+  }
+
+  /** A write that failed: the file is cut back to its records, and why is kept (for readiness) or fails the journal. */
+  private writeFailed(segment: Segment, bytes: number, err: unknown): never {
+    const error = new JournalError(`cannot write the journal file ${segment.path}: ${(err as Error).message}`, { cause: err, full: isNoRoom(err) });
+    try {
+      this.files.truncate(segment.fd!, segment.bytes);
+    } catch {
+      // Cannot cut it back either: take no more records into it (reading stops at the torn record).
+      this.seal(segment);
+    }
+    if (error.full) {
+      this.noRoom = error;
+      this.refusedBytes = bytes;
+    } else this.fail(error);
+    throw error;
+  }
+
+  /** The journal has failed: it takes nothing more, and says so once. */
+  private fail(err: JournalError): void {
+    if (this.failure !== null) return;
+    this.failure = err;
+    this.onFailure?.(err);
   }
 
   /** The segment to append `bytes` to: the active one, or a new one when it would grow past its size. */
@@ -347,10 +311,15 @@ export class Journal {
     const active = this.active;
     if (active !== null && (active.bytes + bytes <= active.capacity || (active.bytes === 0 && active.map === null))) return active;
     if (active !== null) this.seal(active);
-    const seq = this.nextSeqNumber();
-    const path = join(this.dir, `slot-${this.slot}.${String(seq).padStart(12, '0')}.wal`);
+    let seq: number;
+    try {
+      seq = this.numbers.take();
+    } catch (err) {
+      throw this.refused(err as JournalError);
+    }
+    const path = segmentPath(this.dir, this.slot, seq);
     const capacity = Math.max(this.segmentBytes, bytes);
-    const spare = this.spares.shift();
+    const spare = this.spares.take();
     let fd: number;
     let map: Uint8Array | null = null;
     try {
@@ -362,8 +331,7 @@ export class Journal {
         else if (spare.map !== null) this.files.unmap(spare.map);
       }
     } catch (err) {
-      this.writeFailure = new JournalError(`cannot create the journal file ${path}: ${(err as Error).message}`, { cause: err });
-      throw this.writeFailure;
+      throw this.refused(new JournalError(`cannot create the journal file ${path}: ${(err as Error).message}`, { cause: err, full: isNoRoom(err) }));
     }
     if (map === null && this.mappedOn !== null) {
       map = this.files.map(fd, capacity);
@@ -371,49 +339,20 @@ export class Journal {
       // file's blocks), and its records are written one by one until the disk refuses one.
       if (map === null && spare === undefined) ftruncateQuietly(this.files, fd);
     }
-    const segment: Segment = { seq, slot: this.slot, path, fd, map, capacity: map === null ? Math.max(this.segmentMaxBytes, bytes) : capacity, bytes: 0, records: 0, done: 0, sealed: false, recovered: false, spill: false, marks: [], marksFd: null, doneBefore: new Set() };
+    const segment = newSegment(seq, this.slot, path, { capacity: map === null ? Math.max(this.segmentMaxBytes, bytes) : capacity, bytes: 0 });
+    segment.fd = fd;
+    segment.map = map;
     this.segments.push(segment);
     this.active = segment;
     this.commits?.dirChanged();
     return segment;
   }
 
-  /**
-   * The next segment number. Numbers are reserved on the disk SEQ_BLOCK at a time, by the name of an
-   * empty file, `slot-<slot>.<limit>.next` (created, then renamed to each next limit, and the directory
-   * synced before a number of the new block is used), so that they never go back: not when every
-   * segment was deleted (the numbers began again at 0), and not after a power cut that brings back
-   * files whose deletion had not reached the disk. A number used twice had its old segment's records,
-   * all acknowledged long ago, read back after newer ones (the power-cut test, seed 757).
-   */
-  private nextSeqNumber(): number {
-    if (this.nextSeq >= this.reservedUpTo) {
-      const limit = this.nextSeq + SEQ_BLOCK;
-      const path = join(this.dir, `slot-${this.slot}.${String(limit).padStart(12, '0')}.next`);
-      try {
-        if (this.reservation === null) this.files.close(this.files.create(path));
-        else this.files.rename(this.reservation, path);
-        this.files.syncDirSync(this.dir);
-      } catch (err) {
-        this.writeFailure = new JournalError(`cannot reserve journal segment numbers (${path}): ${(err as Error).message}`, { cause: err });
-        throw this.writeFailure;
-      }
-      this.reservation = path;
-      this.reservedUpTo = limit;
-    }
-    return this.nextSeq++;
-  }
-
-  /** A write that failed: the file is cut back to its records, and the error kept for readiness. */
-  private writeFailed(segment: Segment, err: unknown): never {
-    this.writeFailure = new JournalError(`cannot write the journal file ${segment.path}: ${(err as Error).message}`, { cause: err });
-    try {
-      this.files.truncate(segment.fd!, segment.bytes);
-    } catch {
-      // Cannot cut it back either: take no more records into it (reading stops at the torn record).
-      this.seal(segment);
-    }
-    throw this.writeFailure;
+  /** A new segment that could not be started: kept as refused for room, or the journal fails. */
+  private refused(err: JournalError): JournalError {
+    if (err.full) this.noRoom = err;
+    else this.fail(err);
+    return err;
   }
 
   private seal(segment: Segment): void {
@@ -462,12 +401,15 @@ export class Journal {
     segment.done++;
     segment.marks.push(record.index);
     // An active segment whose records are all done need not wait to fill up before it goes.
-    if (segment === this.active && segment.done === segment.records && (segment.bytes >= ROLL_WHEN_DONE_BYTES || this.writeFailure !== null)) this.seal(segment);
+    if (segment === this.active && segment.done === segment.records && (segment.bytes >= ROLL_WHEN_DONE_BYTES || this.noRoom !== null)) this.seal(segment);
     else this.deleteIfDone(segment);
     return record;
   }
 
-  /** Writes the marks of the records done since the last call (once per poll, not per record). */
+  /**
+   * Writes the marks of the records done since the last call (once per poll, not per record). A mark
+   * that cannot be written costs a duplicate after a restart, never a point: not a failure.
+   */
   flushMarks(): void {
     for (const segment of this.segments) {
       if (segment.marks.length === 0) continue;
@@ -481,35 +423,37 @@ export class Journal {
         segment.marksFd ??= this.files.openAppend(marksPath(segment.path));
         this.files.append(segment.marksFd, marks);
       } catch {
-        // A mark not written costs a duplicate after a restart, never a point: not worth a refusal.
+        /* a duplicate after a restart, as said */
       }
     }
   }
 
+  /**
+   * A segment sealed and all done goes: kept as a spare to be written over (if this process wrote it
+   * and the spares are not all there), or deleted; then its marks. The segment first: its marks
+   * without it are deleted at the next open, while it without its marks would come back whole.
+   */
   private deleteIfDone(segment: Segment): void {
     if (!segment.sealed || segment.done < segment.records) return;
     if (segment.fd !== null) this.files.close(segment.fd);
     segment.fd = null;
     closeMarks(this.files, segment);
-    if (!segment.spill) unlinkIfThere(this.files, marksPath(segment.path));
-    if (segment.recovered && !segment.spill) unlinkIfThere(this.files, marksPath(segment.path, LEGACY_MARKS_SUFFIX));
-    // Kept to be written over, if this process wrote it (the constructor says why not otherwise) and
-    // the spares are not all there.
     const map = segment.map;
     segment.map = null;
-    if (!segment.recovered && segment.slot === this.slot && this.spares.length < MAX_SPARES && this.writeFailure === null) {
-      const spare = segment.path.slice(0, -'.wal'.length) + '.spare';
-      try {
-        this.files.rename(segment.path, spare);
-        this.spares.push({ path: spare, map });
-        this.commits?.dirChanged();
-      } catch {
+    const kept = !segment.recovered && segment.slot === this.slot && this.noRoom === null && this.failure === null && this.spares.keep(segment.path, map);
+    try {
+      if (!kept) {
         unlinkIfThere(this.files, segment.path);
         if (map !== null) this.files.unmap(map);
       }
-    } else {
-      unlinkIfThere(this.files, segment.path);
-      if (map !== null) this.files.unmap(map);
+      if (!segment.spill) {
+        const marks = marksFilesOf(segment.path);
+        unlinkIfThere(this.files, marks.done);
+        if (segment.recovered) unlinkIfThere(this.files, marks.legacy);
+      }
+    } catch {
+      // A file the disk would not delete: it is read again at the next start, its records marked done
+      // (or, should its marks be gone already, produced again: duplicates, never a loss).
     }
     segment.marks = [];
     this.heldBytes -= segment.bytes;
@@ -525,18 +469,20 @@ export class Journal {
 
   /**
    * Up to `max` records left by an earlier process and not marked done, in the order they were
-   * written, each in flight under a new id; none once all are handed out.
+   * written, each in flight under a new id; none once all are handed out. Throws JournalError (the
+   * journal then has failed) when a segment cannot be read: it stays, for the next process to read.
    */
-  nextRecovered(max: number): { record: JournalRecord; inFlight: InFlightRecord }[] {
-    const out: { record: JournalRecord; inFlight: InFlightRecord }[] = [];
+  nextRecovered(max: number): RecoveredRecord[] {
+    const out: RecoveredRecord[] = [];
     while (out.length < max) {
       if (this.recoveredQueue.length === 0) {
-        const segment = this.toRecover.shift();
+        const segment = this.toRecover[0];
         if (segment === undefined) {
           this.recoveredLeft = 0;
           break;
         }
         this.recoveredQueue = this.readSegment(segment);
+        this.toRecover.shift();
         continue;
       }
       const next = this.recoveredQueue.shift()!;
@@ -552,50 +498,48 @@ export class Journal {
     try {
       buf = this.files.readFile(segment.path);
     } catch (err) {
-      this.corrupt(segment.path, 0, `cannot be read: ${(err as Error).message}`);
-      buf = Buffer.alloc(0);
+      const error = new JournalError(`cannot read the journal file ${segment.path}: ${(err as Error).message}`, { cause: err });
+      this.fail(error);
+      throw error;
     }
     const records: { segment: Segment; index: number; record: JournalRecord }[] = [];
-    let at = 0;
-    let index = 0;
-    while (at < buf.byteLength) {
-      const r = readRecord(buf, at, buf.byteLength - at, segment.seq);
-      if (r.kind === 'record') {
-        if (!segment.doneBefore.has(index)) records.push({ segment, index, record: r.record });
-        at += r.bytes;
-        index++;
-      } else if (r.kind === 'corrupt') {
-        this.corrupt(segment.path, at, 'a record whose checksum does not match; skipped');
-        at += r.bytes;
-        index++;
-      } else if (r.kind === 'end') {
-        break; // the end of this segment's records (a spare's earlier records may follow)
-      } else {
-        this.corrupt(segment.path, at, `${buf.byteLength - at} bytes that are not a whole record (a write cut short); the file is read up to them`);
-        break;
-      }
+    let count = 0;
+    if (segment.spill) {
+      segment.bytes = buf.byteLength;
+      this.heldBytes += buf.byteLength;
     }
-    // The records not produced again count as done already: the segment goes once the others are.
-    segment.records = index;
-    segment.done = index - records.length;
+    const items: Iterable<SegmentItem> = segment.spill ? readSpillFile(buf) : scanAnySegment(buf, segment.seq);
+    for (const item of items) {
+      if (item.kind === 'damaged') {
+        this.damaged(segment.path, item.at, item.records, item.what);
+        count += item.records;
+        continue;
+      }
+      count = item.index + 1;
+      if (!segment.doneBefore.has(item.index)) records.push({ segment, index: item.index, record: item.record });
+    }
+    // The records not produced again (done before, or damaged) count as done already: the segment
+    // goes once the others are.
+    segment.records = count;
+    segment.done = count - records.length;
     segment.sealed = true;
     if (records.length === 0) this.deleteIfDone(segment);
     return records;
   }
 
-  private corrupt(file: string, at: number, what: string): void {
-    this.corruptRecords++;
-    this.onCorrupt?.(file, at, what);
+  private damaged(file: string, at: number, records: number, what: string): void {
+    this.damagedRecords += records;
+    this.onDamage?.(file, at, records, what);
   }
 
   // ---- JOURNAL_SYNC=disk ----------------------------------------------------------------------
 
   /**
-   * Calls `done` once every record appended so far is on the disk (group-commit.ts); in
-   * JOURNAL_SYNC=process mode at once.
+   * Calls `done` once every record appended so far is on the disk (group-commit.ts), or with why
+   * not; in JOURNAL_SYNC=process mode at once.
    */
   afterCommit(done: CommitDone): void {
-    if (this.commits === null) done(null);
+    if (this.commits === null) done(this.failure);
     else this.commits.afterCommit(done);
   }
 
@@ -646,14 +590,41 @@ export class Journal {
       segment.fd = null;
     }
     // What was copied into a mapping is in the page cache: unmapping loses nothing.
-    for (const holder of [...this.segments, ...this.spares]) {
-      if (holder.map !== null) this.files.unmap(holder.map);
-      holder.map = null;
+    for (const segment of this.segments) {
+      if (segment.map !== null) this.files.unmap(segment.map);
+      segment.map = null;
     }
+    this.spares.close();
   }
 }
 
-/** The records of a segment file and their bytes, by their headers alone (a torn or damaged end stops the count). */
+/**
+ * The items of a segment file of this version, or of an earlier one's (legacy.ts): one that starts
+ * with an earlier version's magic and holds no record of this version's (a byte flipped in the first
+ * record's magic does not make a segment of this version an earlier one's).
+ */
+function scanAnySegment(buf: Buffer, seq: number): SegmentItem[] {
+  const items = [...scanSegment(buf, seq)];
+  if (isLegacySegment(buf) && !items.some((item) => item.kind === 'record')) return [...scanLegacySegment(buf, seq)];
+  return items;
+}
+
+function newSegment(
+  seq: number,
+  slot: number,
+  path: string,
+  o: { capacity: number; bytes: number; recovered?: boolean; spill?: boolean; doneBefore?: ReadonlySet<number> },
+): Segment {
+  return {
+    seq, slot, path, fd: null, map: null, capacity: o.capacity, bytes: o.bytes, records: 0, done: 0, sealed: false,
+    recovered: o.recovered ?? false, spill: o.spill ?? false, marks: [], marksFd: null, doneBefore: o.doneBefore ?? new Set(),
+  };
+}
+
+/**
+ * The records of a segment file and their bytes, by their headers alone: an estimate for the metrics
+ * and the limit until the file is read (a damaged header stops the count; reading then goes on past it).
+ */
 function countRecords(files: JournalFiles, path: string, seq: number): { records: number; bytes: number } {
   let fd: number;
   try {
@@ -666,12 +637,15 @@ function countRecords(files: JournalFiles, path: string, seq: number): { records
     const header = Buffer.alloc(RECORD_HEADER_BYTES);
     let at = 0;
     let count = 0;
-    while (at + RECORD_HEADER_BYTES <= size && files.read(fd, header, at) === RECORD_HEADER_BYTES) {
-      if (!isRecordMagic(header.readUInt32LE(0)) || header.readUInt32LE(16) !== seq) break;
-      const next = at + RECORD_PREFIX_BYTES + header.readUInt32LE(8);
-      if (next > size) break;
-      at = next;
-      count++;
+    try {
+      while (at + RECORD_HEADER_BYTES <= size && files.read(fd, header, at) === RECORD_HEADER_BYTES) {
+        const bytes = readHeader(header, 0)?.bytes ?? legacyRecordBytes(header, seq);
+        if (bytes === null || at + bytes > size) break;
+        at += bytes;
+        count++;
+      }
+    } catch {
+      /* a read the disk failed: an estimate still; reading the segment says the rest */
     }
     return { records: count, bytes: at };
   } finally {
@@ -689,10 +663,6 @@ function closeMarks(files: JournalFiles, segment: Segment): void {
   segment.marksFd = null;
 }
 
-function marksPath(walPath: string, suffix = MARKS_SUFFIX): string {
-  return walPath.slice(0, -'.wal'.length) + suffix;
-}
-
 /** The records of segment `seq` (file `walPath`) marked done: its .done file, and an earlier version's .acks. */
 function readMarks(files: JournalFiles, walPath: string, seq: number): Set<number> {
   const read = (path: string): Buffer | null => {
@@ -702,18 +672,11 @@ function readMarks(files: JournalFiles, walPath: string, seq: number): Set<numbe
       return null;
     }
   };
-  const done = decodeMarks(read(marksPath(walPath)) ?? Buffer.alloc(0), seq);
-  const legacy = read(marksPath(walPath, LEGACY_MARKS_SUFFIX));
+  const paths = marksFilesOf(walPath);
+  const done = decodeMarks(read(paths.done) ?? Buffer.alloc(0), seq);
+  const legacy = read(paths.legacy);
   if (legacy !== null) for (const index of decodeLegacyMarks(legacy)) done.add(index);
   return done;
-}
-
-function unlinkIfThere(files: JournalFiles, path: string): void {
-  try {
-    files.unlink(path);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-  }
 }
 
 /** Writes what is left of a record after `written` bytes of it (a short writev), the record at `position`. */
@@ -737,27 +700,4 @@ function ftruncateQuietly(files: JournalFiles, fd: number): void {
   } catch {
     /* the space stays taken until the file is reused or deleted */
   }
-}
-
-/**
- * The records of a spill journal file of an earlier version, one point each:
- * u32 crc32 | u32 key length | u32 value length | f64 timestamp | key | value (the CRC covers all after it).
- */
-export function* readLegacySpill(buf: Buffer, corrupt: (at: number, what: string) => void): Generator<JournalRecord> {
-  let at = 0;
-  while (at + 20 <= buf.byteLength) {
-    const keyLen = buf.readUInt32LE(at + 4);
-    const valueLen = buf.readUInt32LE(at + 8);
-    const end = at + 20 + keyLen + valueLen;
-    if (end > buf.byteLength) break;
-    if (buf.readUInt32LE(at) !== crc32(buf.subarray(at + 4, end))) {
-      corrupt(at, 'a spill record whose checksum does not match; the file is read up to it');
-      return;
-    }
-    // value then key, as produceBatch takes them: one message.
-    const data = Buffer.concat([buf.subarray(at + 20 + keyLen, end), buf.subarray(at + 20, at + 20 + keyLen)]);
-    yield { count: 1, data, messages: Uint32Array.of(0, valueLen, valueLen, valueLen + keyLen), timestamp: buf.readDoubleLE(at + 12) };
-    at = end;
-  }
-  if (at < buf.byteLength) corrupt(at, 'a torn spill record at the end of the file');
 }

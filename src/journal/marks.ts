@@ -9,12 +9,11 @@
 // "record 0 is done": the power-cut test lost a record answered 202 that way (docs/reliability.md,
 // seed 3). A mark that does not check is skipped: its record comes back, a duplicate, never a loss.
 // The seq in the check ties a mark to its segment's number, not to a file that once had it.
-// Earlier versions wrote `.acks` files of bare u32 indexes: they are still read (an upgrade).
+// Earlier versions wrote `.acks` files of bare u32 indexes: legacy.ts reads them (an upgrade).
 import { crc32c } from './native.js';
 
 export const MARK_BYTES = 8;
 export const MARKS_SUFFIX = '.done';
-export const LEGACY_MARKS_SUFFIX = '.acks';
 
 const scratch = Buffer.alloc(MARK_BYTES);
 
@@ -42,12 +41,5 @@ export function decodeMarks(buf: Buffer, seq: number): Set<number> {
     const sum = buf.readUInt32LE(at + 4);
     if (sum === check(seq, index) && (index !== 0 || sum !== 0)) done.add(index);
   }
-  return done;
-}
-
-/** The indexes of an `.acks` file of an earlier version: bare u32s. */
-export function decodeLegacyMarks(buf: Buffer): Set<number> {
-  const done = new Set<number>();
-  for (let at = 0; at + 4 <= buf.byteLength; at += 4) done.add(buf.readUInt32LE(at));
   return done;
 }

@@ -2,30 +2,35 @@
 // handed to produceBatch (the buffer of values and keys, four offsets per message), and the time the
 // request was accepted (the messages' Kafka timestamp). Written before the request is answered 202.
 //
-//   magic u32 | crc u32 | length u32 | count u32 | segment u32 | 0 u32 | timestamp f64 | offsets u32 × 4 × count | data
-//   └─ 12-byte prefix ─────────────────┘└── `length` bytes, covered by the CRC ──────────────────────────────────┘
+//    0 magic u32 "TIJ3" │  8 bytes u32      the whole record │ 16 segment u32  │ 24 timestamp f64
+//    4 head check u32   │ 12 count u32      messages         │ 20 index u32    │ 32 body check u32 │ 36 0 u32
+//   40 offsets u32 × 4 × count │ data
 //
 // Little-endian. The offsets are relative to the start of `data`, as produceBatch takes them, so a
-// record read back is produced as it is. The CRC covers everything after the prefix: a record torn
-// by a crash or a full disk, or damaged on disk, is detected and skipped. It is CRC-32C, computed
-// with the CPU's instruction (native.ts), in records of magic "TIJ2"; the records of earlier versions
-// ("TIJ1", zlib's CRC-32) are still read, so that an upgrade recovers what the version before left.
-// `segment` is the sequence number of the segment file it was written into: segment files are
-// reused once done (journal.ts says why), and a record of an earlier use, left past the end of the
-// new records, is told apart from them by it.
-import { crc32 } from 'node:zlib';
-import { crc32c } from './native.js';
+// record read back is produced as it is.
+//
+// Two checks, both CRC-32C (native.ts, with the CPU's instruction). The head check covers bytes 8 to
+// 40, so a header is trusted, its length above all, only once it checks: a damaged length can no
+// longer send the reader to a wrong place. The body check covers the offsets and the data.
+//
+// Each record carries its segment's number and its index in the segment (0, 1, 2...). The number
+// tells a record of this segment from the records of a spare's earlier use left past the new ones
+// (segment files are written over once done: journal.ts says why); the index tells a gap. A reader
+// that meets bytes that are no record of its segment looks for the next one that is (at a magic, whole
+// or damaged), as LevelDB's log reader resynchronises at its next block (doc/log_format.md):
+// one damaged record costs that record, counted and reported with where it was, never the records
+// after it (scanSegment).
+//
+// The formats of earlier versions ("TIJ1", "TIJ2": no head check, no index) are read by legacy.ts.
+import { crc32c, sealRecord } from './native.js';
 
-/** "TIJ2", little-endian: where a record begins (CRC-32C). */
-export const RECORD_MAGIC = 0x324a4954;
-/** "TIJ1": a record of an earlier version (zlib's CRC-32), read, never written. */
-export const RECORD_MAGIC_V1 = 0x314a4954;
-export const RECORD_PREFIX_BYTES = 12;
-/** The prefix, the count, the segment and the timestamp: the bytes of a record before its offsets. */
-export const RECORD_HEADER_BYTES = RECORD_PREFIX_BYTES + 4 + 4 + 4 + 8;
-
-/** Whether a record starts with this u32. */
-export const isRecordMagic = (word: number): boolean => word === RECORD_MAGIC || word === RECORD_MAGIC_V1;
+/** "TIJ3", little-endian: where a record begins. */
+export const RECORD_MAGIC = 0x334a4954;
+const MAGIC_FIRST_HALF = Buffer.from('TI', 'latin1');
+const MAGIC_SECOND_HALF = Buffer.from('J3', 'latin1');
+export const RECORD_HEADER_BYTES = 40;
+/** Byte offsets of the header's fields. */
+const AT = { check: 4, bytes: 8, count: 12, segment: 16, index: 20, timestamp: 24, bodyCheck: 32 } as const;
 
 /** What a record holds: produceBatch's arguments and the messages' timestamp. */
 export interface JournalBatch {
@@ -48,58 +53,128 @@ export function recordBytes(batch: JournalBatch): number {
 /**
  * The record's head, its header and offsets, written into `scratch` (grown when too small; the
  * caller keeps what is returned as its next scratch): the record is the head and the data, written
- * together (writev), the data not copied in JavaScript. The CRC is computed over both here.
+ * together (writev), the data not copied in JavaScript. Both checks are computed here, in one call.
  */
-export function encodeHead(scratch: Buffer, batch: JournalBatch, timestamp: number, segment: number): Buffer {
+export function encodeHead(scratch: Buffer, batch: JournalBatch, timestamp: number, segment: number, index: number): Buffer {
   const headBytes = RECORD_HEADER_BYTES + 16 * batch.count;
   const buf = scratch.byteLength >= headBytes ? scratch : Buffer.allocUnsafe(Math.max(headBytes, 2 * scratch.byteLength));
   buf.writeUInt32LE(RECORD_MAGIC, 0);
-  buf.writeUInt32LE(recordBytes(batch) - RECORD_PREFIX_BYTES, 8);
-  buf.writeUInt32LE(batch.count, 12);
-  buf.writeUInt32LE(segment, 16);
-  buf.writeUInt32LE(0, 20);
-  buf.writeDoubleLE(timestamp, 24);
+  buf.writeUInt32LE(headBytes + batch.data.byteLength, AT.bytes);
+  buf.writeUInt32LE(batch.count, AT.count);
+  buf.writeUInt32LE(segment, AT.segment);
+  buf.writeUInt32LE(index, AT.index);
+  buf.writeDoubleLE(timestamp, AT.timestamp);
+  buf.writeUInt32LE(0, 36);
   buf.set(new Uint8Array(batch.messages.buffer, batch.messages.byteOffset, 16 * batch.count), RECORD_HEADER_BYTES);
-  buf.writeUInt32LE(crc32c(buf.subarray(RECORD_PREFIX_BYTES, headBytes), batch.data), 4);
+  sealRecord(buf, headBytes, batch.data);
   return buf;
 }
 
-/** What reading a record at some position found. */
-export type ReadOutcome =
-  | { kind: 'record'; record: JournalRecord; bytes: number }
-  /** Not enough bytes here for the record that starts here: read more, or (at the end of a file) a torn record. */
-  | { kind: 'short'; needs: number }
-  /** A record of this segment whose CRC does not match, but whose length is believable: skip `bytes` and go on. */
-  | { kind: 'corrupt'; bytes: number }
-  /** No record of this segment starts here: a record of the file's earlier use, or what is left of one. */
-  | { kind: 'end' }
-  /** A record's start whose length no record could have: nothing after it can be trusted. */
-  | { kind: 'garbage' };
+/** A record's header, once its check holds. */
+export interface RecordHeader {
+  readonly bytes: number;
+  readonly count: number;
+  readonly segment: number;
+  readonly index: number;
+  readonly timestamp: number;
+}
+
+/** The header at `at` when a whole one is there and checks (its length is then believable), else null. */
+export function readHeader(buf: Buffer, at: number): RecordHeader | null {
+  if (buf.byteLength - at < RECORD_HEADER_BYTES || buf.readUInt32LE(at) !== RECORD_MAGIC) return null;
+  if (crc32c(buf.subarray(at + AT.bytes, at + RECORD_HEADER_BYTES)) !== buf.readUInt32LE(at + AT.check)) return null;
+  const bytes = buf.readUInt32LE(at + AT.bytes);
+  const count = buf.readUInt32LE(at + AT.count);
+  // A check that holds over a length no record could have: written so by a bug, never by a disk.
+  if (bytes < RECORD_HEADER_BYTES + 16 * count) return null;
+  return { bytes, count, segment: buf.readUInt32LE(at + AT.segment), index: buf.readUInt32LE(at + AT.index), timestamp: buf.readDoubleLE(at + AT.timestamp) };
+}
+
+/** The record whose header `h` is at `at`, whole in `buf`: its messages, or null when its body does not check. */
+function readBody(buf: Buffer, at: number, h: RecordHeader): JournalRecord | null {
+  const offsetsAt = at + RECORD_HEADER_BYTES;
+  const dataAt = offsetsAt + 16 * h.count;
+  const end = at + h.bytes;
+  if (crc32c(buf.subarray(offsetsAt, end)) !== buf.readUInt32LE(at + AT.bodyCheck)) return null;
+  // Copies: the reader's buffer is let go, and produceBatch wants the offsets aligned.
+  const messages = new Uint32Array(4 * h.count);
+  Buffer.from(messages.buffer).set(buf.subarray(offsetsAt, dataAt));
+  const data = Buffer.from(buf.subarray(dataAt, end));
+  for (let i = 0; i < 4 * h.count; i++) if (messages[i]! > data.byteLength) return null;
+  return { count: h.count, data, messages, timestamp: h.timestamp };
+}
+
+/** What reading a segment finds, in the order of the file. */
+export type SegmentItem =
+  | { kind: 'record'; at: number; index: number; record: JournalRecord }
+  /** `records` records of this segment that cannot be read, the first of them (or where it was) at `at`. */
+  | { kind: 'damaged'; at: number; records: number; what: string };
 
 /**
- * Reads the record at `at` in `buf` (whose end may be short of the record), expecting records of
- * segment `segment`. `fileLeft`: bytes of the file from `at` to its end, which bounds a believable
- * length.
+ * Every record of segment `seq` in the file `buf`, and every damage met, in order. The records run
+ * from index 0; where the bytes are no record of this segment, the reader looks for the next place
+ * where one starts and checks, and a record found with a higher index than the next one due says how
+ * many were lost between (each of them was written: a later index exists). Past the last record found,
+ * each place that looks like the damaged header of a record of this segment counts the records it
+ * shows lost (damagedHeadersAt); anything else there is the end:
+ * zeros of a file allocated whole, a spare's earlier records (another segment's number), or a record
+ * whose writing a crash cut off before its header, which was never answered.
  */
-export function readRecord(buf: Buffer, at: number, fileLeft: number, segment: number): ReadOutcome {
-  const available = buf.byteLength - at;
-  if (available < RECORD_HEADER_BYTES) return fileLeft < RECORD_HEADER_BYTES ? (fileLeft === 0 ? { kind: 'end' } : { kind: 'garbage' }) : { kind: 'short', needs: RECORD_HEADER_BYTES };
-  const magic = buf.readUInt32LE(at);
-  if (!isRecordMagic(magic) || buf.readUInt32LE(at + 16) !== segment) return { kind: 'end' };
-  const length = buf.readUInt32LE(at + 8);
-  const count = buf.readUInt32LE(at + 12);
-  const total = RECORD_PREFIX_BYTES + length;
-  if (length < RECORD_HEADER_BYTES - RECORD_PREFIX_BYTES + 16 * count || total > fileLeft) return { kind: 'garbage' };
-  if (available < total) return { kind: 'short', needs: total };
-  const body = buf.subarray(at + RECORD_PREFIX_BYTES, at + total);
-  const crc = magic === RECORD_MAGIC ? crc32c(body) : crc32(body);
-  if (crc !== buf.readUInt32LE(at + 4)) return { kind: 'corrupt', bytes: total };
-  const offsetsAt = at + RECORD_HEADER_BYTES;
-  const dataAt = offsetsAt + 16 * count;
-  // Copies: the reader's buffer is reused, and produceBatch wants the offsets aligned.
-  const messages = new Uint32Array(4 * count);
-  Buffer.from(messages.buffer).set(buf.subarray(offsetsAt, dataAt));
-  const data = Buffer.from(buf.subarray(dataAt, at + total));
-  for (let i = 0; i < 4 * count; i++) if (messages[i]! > data.byteLength) return { kind: 'corrupt', bytes: total };
-  return { kind: 'record', record: { count, data, messages, timestamp: buf.readDoubleLE(at + 24) }, bytes: total };
+export function* scanSegment(buf: Buffer, seq: number): Generator<SegmentItem> {
+  const end = buf.byteLength;
+  let at = 0;
+  let due = 0;
+  /** Where the records stopped reading in a row (-1: they have not), and the places since that look like damaged headers. */
+  let gapAt = -1;
+  let suspects = 0;
+  while (at < end) {
+    const h = readHeader(buf, at);
+    if (h !== null && h.segment === seq && h.index >= due) {
+      if (h.index > due) yield { kind: 'damaged', at: gapAt, records: h.index - due, what: `${h.index - due} record(s) of this segment cannot be read (damaged; the next whole one, index ${h.index}, is at byte ${at})` };
+      gapAt = -1;
+      suspects = 0;
+      due = h.index + 1;
+      if (at + h.bytes > end) {
+        yield { kind: 'damaged', at, records: 1, what: `the file ends inside record ${h.index} (${end - at} of its ${h.bytes} bytes): a write cut short` };
+        return;
+      }
+      const record = readBody(buf, at, h);
+      if (record === null) yield { kind: 'damaged', at, records: 1, what: `record ${h.index}: its body's checksum does not match` };
+      else yield { kind: 'record', at, index: h.index, record };
+      at += h.bytes;
+      continue;
+    }
+    if (gapAt < 0) gapAt = at;
+    if (h === null) suspects += damagedHeadersAt(buf, at, seq, due + suspects, Math.floor((at - gapAt) / RECORD_HEADER_BYTES));
+    // The next place a header may start: a magic, whole or with one of its bytes damaged (its first
+    // half "TI" or its second half "J3" is whole then).
+    const byFirstHalf = buf.indexOf(MAGIC_FIRST_HALF, at + 1);
+    const bySecondHalf = buf.indexOf(MAGIC_SECOND_HALF, at + 3);
+    if (byFirstHalf < 0 && bySecondHalf < 0) break;
+    at = byFirstHalf < 0 ? bySecondHalf - 2 : bySecondHalf < 0 ? byFirstHalf : Math.min(byFirstHalf, bySecondHalf - 2);
+  }
+  if (suspects > 0) yield { kind: 'damaged', at: gapAt, records: suspects, what: `${suspects} record(s) from index ${due} cannot be read (a damaged header), and no whole record of this segment follows` };
+}
+
+/**
+ * How many records of segment `seq` the bytes at `at`, which are no whole header that checks, show
+ * lost: 0 when they do not look like a damaged header of this segment. A damaged header keeps two of
+ * its magic, this segment's number and an index the bytes since the last whole record could reach (the
+ * index `due`, or up to `roomFor` past it: as many headers as those bytes could hold), and is not
+ * zeros; it then counts for the records up to its index. A header cut short by the file's end counts
+ * by its magic alone, as one.
+ */
+function damagedHeadersAt(buf: Buffer, at: number, seq: number, due: number, roomFor: number): number {
+  const left = Math.min(buf.byteLength - at, RECORD_HEADER_BYTES);
+  if (left < 4) return 0;
+  const magic = buf.readUInt32LE(at) === RECORD_MAGIC;
+  if (left < AT.index + 4) return Number(magic);
+  let zeros = true;
+  for (let i = 0; i < left && zeros; i++) zeros = buf[at + i] === 0;
+  if (zeros) return 0;
+  const segment = buf.readUInt32LE(at + AT.segment) === seq;
+  const index = buf.readUInt32LE(at + AT.index);
+  const reachable = index >= due && index - due <= roomFor;
+  if (Number(magic) + Number(segment) + Number(reachable) < 2) return 0;
+  return reachable ? index - due + 1 : 1;
 }

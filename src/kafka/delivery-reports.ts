@@ -1,14 +1,23 @@
 // librdkafka's delivery reports, and what becomes of a point that failed after its 202.
 //
 // ACK_MODE=async asks for reports of failures only (producer.ts says why); each carries the message
-// (dr_msg_cb) and its journal record's tag, and is produced again after a back-off (redelivery.ts):
+// (dr_msg_cb) and its journal record's tag, and is produced again after a back-off (write-ahead/replay.ts):
 // the record stays in the journal meanwhile. ACK_MODE=delivered asks for a report per message; each
 // carries its request's DeliveryTicket (opaque), and the request is answered when the last of its
 // points reported.
 import Kafka from 'node-rdkafka';
 import { Throttled, type Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics/metrics.js';
-import type { FailedMessage } from './redelivery.js';
+
+/** One failed message, from its failure report (the report carries its key and value). */
+export interface FailedMessage {
+  /** Its journal record's id: the tag it was produced with. */
+  id: number;
+  key: Buffer;
+  value: Buffer;
+  /** librdkafka said the broker may have it (sent, no answer): producing it again may duplicate it. */
+  possiblyWritten: boolean;
+}
 
 /**
  * ACK_MODE=delivered: one per request. The reports count its points down and call settle() once,
@@ -114,7 +123,7 @@ export class DeliveryReports {
   constructor(
     private readonly metrics: WorkerMetrics,
     log: Logger,
-    /** ACK_MODE=async: a message of a journal record failed; it is produced again (redelivery.ts). */
+    /** ACK_MODE=async: a message of a journal record failed; it is produced again (write-ahead/replay.ts). */
     private readonly onFailed: (message: FailedMessage) => void,
   ) {
     this.failures = new Throttled(log, 'error', 'kafka delivery failed for accepted points');

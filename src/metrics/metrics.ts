@@ -69,13 +69,14 @@ function registerLoopDelay(registry: client.Registry, workerId: string, delay: E
   };
 }
 
-/** What the journal reports at each scrape (kafka/producer.ts gathers it). */
+/** What the journal reports at each scrape (write-ahead/write-ahead.ts gathers it). */
 export interface JournalFigures {
   bytes: number;
   records: number;
   /** Acceptance time of the oldest record in flight (ms since the epoch), or null. */
   oldestMs: number | null;
-  corrupt: number;
+  /** Records found damaged when read back (each costs itself alone). */
+  damaged: number;
   retried: number;
   recovered: number;
   possibleDuplicates: number;
@@ -219,7 +220,7 @@ function queueMetrics({ registers }: Registrar) {
 
 /** The write-ahead journal (journal/journal.ts), read at scrape time. */
 function journalMetrics({ registers, delta }: Registrar) {
-  let journalSource: () => JournalFigures = () => ({ bytes: 0, records: 0, oldestMs: null, corrupt: 0, retried: 0, recovered: 0, possibleDuplicates: 0 });
+  let journalSource: () => JournalFigures = () => ({ bytes: 0, records: 0, oldestMs: null, damaged: 0, retried: 0, recovered: 0, possibleDuplicates: 0 });
   new Gauge({
     name: `${METRIC_PREFIX}journal_bytes`,
     help: 'Bytes of the write-ahead journal: records of accepted points not yet all acknowledged by Kafka (JOURNAL_MAX_BYTES per worker).',
@@ -266,11 +267,11 @@ function journalMetrics({ registers, delta }: Registrar) {
     },
   });
   new Counter({
-    name: `${METRIC_PREFIX}journal_corrupt_records_total`,
-    help: 'Journal records found torn or damaged (their CRC does not match) when read back, and skipped. Should stay 0 but after a power loss.',
+    name: `${METRIC_PREFIX}journal_damaged_records_total`,
+    help: 'Journal records found damaged when read back (a check that does not match, a record torn or missing between two whole ones), each logged with its file and offset and skipped; the records after it are read on. Should stay 0 but after a power loss or a bad disk.',
     registers,
     collect() {
-      this.inc(delta('journal:corrupt', journalSource().corrupt));
+      this.inc(delta('journal:damaged', journalSource().damaged));
     },
   });
   // JOURNAL_SYNC=disk: what a 202 waits for on the disk (journal/group-commit.ts).

@@ -11,7 +11,9 @@ export const EXIT = {
   UNFLUSHED: 4,
   /** The runtime cannot run the service: no uWebSockets.js build loads on this Node and C library (http/uws.ts). */
   RUNTIME: 5,
+  /** JOURNAL_DIR is held by another service, or a slot of it by another process for too long (journal/slot-lock.ts). */
+  JOURNAL_IN_USE: 6,
 } as const;
 
 /** A worker that exits with one of these before it listens stops the whole service. */
-export const STARTUP_FAILURES: ReadonlySet<number> = new Set([EXIT.CONFIG, EXIT.LISTEN, EXIT.RUNTIME]);
+export const STARTUP_FAILURES: ReadonlySet<number> = new Set([EXIT.CONFIG, EXIT.LISTEN, EXIT.RUNTIME, EXIT.JOURNAL_IN_USE]);

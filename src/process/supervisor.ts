@@ -6,12 +6,17 @@
 //     │                        │          (or, without a ready standby, a fresh fork does) ──▶ a new
 //     │                        │          standby is forked ──▶ running
 //     │                        │
-//     │ a worker exits 2 or 3  │ SIGTERM / SIGINT
-//     │ before listening       ▼
+//     │ a worker exits 2, 3,   │ SIGTERM / SIGINT
+//     │ 5 or 6 before listening▼
 //     ▼                     stopping: tell every worker to shut down (each stops listening, flushes
-//   stop all, exit 2/3         its producer, exits) ──all exited──▶ exit 0 (1 if a worker failed to flush)
+//   stop all, exit with it     its producer, exits) ──all exited──▶ exit 0 (1 if a worker failed to flush)
 //                              └─ SHUTDOWN_TIMEOUT_MS + 5 s and still running ──▶ SIGKILL, exit 1
+//
+// Before it forks anything the primary takes JOURNAL_DIR for the service (journal/slot-lock.ts): a
+// second service given the same directory stops at once (exit 6), naming the process that holds it.
 import cluster, { type Worker } from 'node:cluster';
+import { diskFiles } from '../journal/files.js';
+import { JournalInUse, lockJournalDir } from '../journal/slot-lock.js';
 import { workerMallocEnv } from './allocator.js';
 import { workerExecArgv } from './gc.js';
 import { isWorkerMessage, sendToWorker, STANDBY_SLOT, WORKER_SLOT_ENV } from './cluster-protocol.js';
@@ -47,6 +52,7 @@ export interface RuntimeSummary {
 
 export function runPrimary(config: Config, runtime: RuntimeSummary): void {
   const log = createLogger(config.logLevel, { role: 'primary' });
+  holdJournalDir(config.journalDir);
   const metrics = createPrimaryMetrics();
 
   const listening = new Set<number>();
@@ -172,4 +178,22 @@ export function runPrimary(config: Config, runtime: RuntimeSummary): void {
   log.info({ workers: config.workers, malloc, preload, reason, ...runtime }, 'starting workers');
   for (let slot = 0; slot < config.workers; slot++) fork(slot);
   forkStandby();
+}
+
+/**
+ * Takes JOURNAL_DIR for this service's life (creating it, durably, if missing); stops the process
+ * when another service holds it (exit 6) or it cannot be used (exit 2). The lock goes with the
+ * process: nothing releases it but its end.
+ */
+function holdJournalDir(dir: string): void {
+  try {
+    lockJournalDir(diskFiles, dir);
+  } catch (err) {
+    if (err instanceof JournalInUse) {
+      process.stderr.write(`cannot start: ${err.message}\n`);
+      process.exit(EXIT.JOURNAL_IN_USE);
+    }
+    process.stderr.write(`configuration error: JOURNAL_DIR: cannot use the journal directory ${dir}: ${(err as Error).message}\n`);
+    process.exit(EXIT.CONFIG);
+  }
 }

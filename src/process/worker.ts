@@ -1,30 +1,38 @@
-// One worker process: a journal, a producer, an HTTP server, and the shutdown sequence.
+// One worker process: its journal slot, the write-ahead path (journal and producer), an HTTP server,
+// and the shutdown sequence.
 //
-//   start:    journal opened (what an earlier process of this slot left is found) → producer connects
-//             → HTTP server listens (at most 5 s later, ready or not) → tells the primary; what the
-//             journal holds from before is produced again once Kafka takes points
-//   shutdown: stop listening → wait for bodies being read → producer.drain (refuses new points with
-//             500, flushes what it holds, bounded by SHUTDOWN_TIMEOUT_MS) → journal closed → exit 0:
-//             in ACK_MODE=async what Kafka has not acknowledged stays in the journal for the next
-//             start; ACK_MODE=delivered exits 4 if points were still unacknowledged at the deadline
-//   fatal producer error: the same shutdown, then exit 1 so that the primary starts a fresh worker
+//   start:    the slot's lock (journal/slot-lock.ts: waiting while a process of an earlier service still
+//             drains it) → journal opened (what an earlier process of this slot left is found) →
+//             producer connects → HTTP server listens (at most 5 s later, ready or not) → tells the
+//             primary; what the journal holds from before is produced again once Kafka takes points
+//   shutdown: stop listening → wait for bodies being read → drain (refuses new points with 500,
+//             flushes what it holds, bounded by SHUTDOWN_TIMEOUT_MS) → journal closed → exit 0: in
+//             ACK_MODE=async what Kafka has not acknowledged stays in the journal for the next start;
+//             ACK_MODE=delivered exits 4 if points were still unacknowledged at the deadline
+//   fatal producer error, or the journal failed (a disk error): the same shutdown, then exit 1 so that
+//             the primary starts a fresh worker, which recovers from what the disk holds
 import cluster from 'node:cluster';
 import { hostname } from 'node:os';
-import { runsOnJemalloc } from './allocator.js';
-import { runsSingleThreadedGc } from './gc.js';
-import { isPrimaryMessage, sendToPrimary, workerSlot } from './cluster-protocol.js';
+import { buildOpenApi } from '../api/openapi.js';
 import type { Config } from '../config.js';
-import { EXIT } from './exit-codes.js';
 import { HttpServer } from '../http/server.js';
-import { TrackProducer } from '../kafka/producer.js';
-import { producerSettings } from '../kafka/settings.js';
+import { diskFiles } from '../journal/files.js';
 import { Journal, JournalError } from '../journal/journal.js';
+import { claimSlots, JournalInUse, type SlotClaim } from '../journal/slot-lock.js';
+import { KafkaProducer } from '../kafka/producer.js';
+import { producerSettings } from '../kafka/settings.js';
 import { createLogger, type Logger } from '../log.js';
 import { clusterMetricsClient } from '../metrics/aggregate.js';
 import { createWorkerMetrics } from '../metrics/metrics.js';
-import { buildOpenApi } from '../api/openapi.js';
+import { WriteAhead } from '../write-ahead/write-ahead.js';
+import { runsOnJemalloc } from './allocator.js';
+import { isPrimaryMessage, sendToPrimary, workerSlot } from './cluster-protocol.js';
+import { EXIT } from './exit-codes.js';
+import { runsSingleThreadedGc } from './gc.js';
 
 const LISTEN_AFTER_PRODUCER_WAIT_MS = 5_000;
+/** How long past SHUTDOWN_TIMEOUT_MS a worker waits for its slot while an earlier process holds it (that process drains for at most SHUTDOWN_TIMEOUT_MS). */
+const SLOT_WAIT_MARGIN_MS = 5_000;
 
 export async function runWorker(config: Config): Promise<void> {
   const workerId = String(cluster.worker?.id ?? 0);
@@ -38,41 +46,44 @@ export async function runWorker(config: Config): Promise<void> {
   const slot = workerSlot() ?? (await standBy(log));
   process.title = `track-ingest worker ${slot}`;
   metrics.loopDelay.start();
+  const claim = await claimSlot(config, slot, log);
+  let journalFailed = (err: JournalError): void => void err;
   let journal: Journal;
   try {
     journal = new Journal({
       dir: config.journalDir,
-      slot,
-      slots: config.workers,
+      claim,
       maxBytes: config.journalMaxBytes,
       sync: config.journalSync,
       syncIntervalMs: config.journalSyncIntervalMs,
       onCommit: (seconds) => metrics.journalSync.observe(seconds),
-      onCorrupt: (file, at, what) => log.error({ file, at }, `journal file: ${what}`),
+      onDamage: (file, at, records, what) => log.error({ file, at, records }, `journal file damaged: ${what}; skipped, the records after it are read on`),
+      onFailure: (err) => journalFailed(err),
     });
   } catch (err) {
     log.fatal({ err }, 'cannot open the journal (check JOURNAL_DIR)');
     process.stderr.write(`configuration error: JOURNAL_DIR: ${err instanceof JournalError ? err.message : String(err)}\n`);
     process.exit(EXIT.CONFIG);
   }
-  log.info({ slot, ackMode: config.ackMode, journalSync: config.journalSync, journalWrites: journal.mappedOn === null ? 'pwritev' : `mapped (${journal.mappedOn})`, malloc: runsOnJemalloc() ? 'jemalloc' : 'system', gc: runsSingleThreadedGc() ? 'single-threaded' : 'parallel' }, 'worker started');
+  log.info({ slot, slots: [...claim.slots], ackMode: config.ackMode, journalSync: config.journalSync, journalWrites: journal.mappedOn === null ? 'pwritev' : `mapped (${journal.mappedOn})`, malloc: runsOnJemalloc() ? 'jemalloc' : 'system', gc: runsSingleThreadedGc() ? 'single-threaded' : 'parallel' }, 'worker started');
   if (journal.recovering) log.warn({ dir: config.journalDir, slot, bytes: journal.bytes }, 'the journal holds points an earlier process did not see acknowledged; producing them again once Kafka takes points');
 
-  let producer: TrackProducer;
+  let producer: KafkaProducer;
   try {
-    producer = new TrackProducer(config, log, metrics, journal, producerSettings(config, `track-ingest-${hostname()}-${workerId}`));
+    producer = new KafkaProducer(config, log, metrics, producerSettings(config, `track-ingest-${hostname()}-${workerId}`));
   } catch (err) {
     // The primary checked the settings before forking: this is librdkafka refusing them at creation.
     log.fatal({ err }, 'invalid Kafka producer setting (check MQ_OPT_* variables)');
     process.exit(EXIT.CONFIG);
   }
-  producer.start();
+  const path = new WriteAhead(config, log, metrics, journal, producer);
+  path.start();
 
   const server = new HttpServer({
     config,
     log,
     metrics,
-    producer,
+    sink: path,
     workerId,
     clusterMetrics: clusterMetricsClient(metrics.registry),
     openApiJson: JSON.stringify(buildOpenApi(config)),
@@ -84,7 +95,7 @@ export async function runWorker(config: Config): Promise<void> {
       const deadline = Date.now() + config.shutdownTimeoutMs;
       log.info({ why }, 'worker shutting down');
       await server.stop(Math.min(2_000, config.shutdownTimeoutMs / 4));
-      const left = await producer.drain(Math.max(100, deadline - Date.now()));
+      const left = await path.drain(Math.max(100, deadline - Date.now()));
       try {
         journal.close();
       } catch (err) {
@@ -106,7 +117,13 @@ export async function runWorker(config: Config): Promise<void> {
       process.exit(exitCode);
     })();
   };
-  producer.onFatal = () => shutdown('fatal producer error', EXIT.CRASH);
+  path.onFatal = () => shutdown('fatal producer error', EXIT.CRASH);
+  // A disk that fails a write or a sync: stop, and let a fresh worker recover from what the disk holds
+  // (journal/group-commit.ts says why a failed sync is never tried again).
+  journalFailed = (err) => {
+    log.fatal({ err, dir: config.journalDir, slot }, 'the journal failed: this worker takes no more points (500 journal_failed, /readyz 503) and is restarted to recover from what the disk holds');
+    shutdown('the journal failed', EXIT.CRASH);
+  };
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));
   process.on('message', (m: unknown) => {
@@ -120,7 +137,7 @@ export async function runWorker(config: Config): Promise<void> {
   // (at start-up, and when replacing a crashed worker while the others serve). Bounded, so that
   // /healthz answers and /readyz explains while Kafka is unreachable. The shutdown handlers above
   // are in place first, so a signal during this wait still ends the worker in order.
-  if (!(await producer.whenAccepting(LISTEN_AFTER_PRODUCER_WAIT_MS))) {
+  if (!(await path.whenAccepting(LISTEN_AFTER_PRODUCER_WAIT_MS))) {
     log.warn({ waitedMs: LISTEN_AFTER_PRODUCER_WAIT_MS, brokers: config.brokers }, 'listening before the Kafka producer is ready; POST /track answers 500 until it is');
   }
   if (stopping !== null) return;
@@ -132,6 +149,35 @@ export async function runWorker(config: Config): Promise<void> {
   }
   log.debug({ listen: config.listen }, 'worker listening');
   sendToPrimary({ type: 'ingest:worker-listening' });
+}
+
+/**
+ * The slot's lock, before anything of the slot is touched; slot 0 also takes the slots of a larger
+ * WORKERS of before that nobody holds. A slot held by another process (a worker of an earlier service
+ * still draining after its primary was killed) is waited for; still held after that process's
+ * SHUTDOWN_TIMEOUT_MS and a margin, the worker stops with JOURNAL_IN_USE, and the service with it.
+ */
+async function claimSlot(config: Config, slot: number, log: Logger): Promise<SlotClaim> {
+  try {
+    return await claimSlots({
+      files: diskFiles,
+      dir: config.journalDir,
+      slot,
+      slotsInUse: config.workers,
+      waitMs: config.shutdownTimeoutMs + SLOT_WAIT_MARGIN_MS,
+      onWait: (holder, lockPath) => log.warn({ slot, holder, lock: lockPath }, 'this journal slot is held by another process (a worker of an earlier service still draining?); waiting for it'),
+      onSkip: (other, holder) => log.warn({ slot: other, holder }, 'leaving the journal files of a slot that no longer exists: another process holds it'),
+    });
+  } catch (err) {
+    if (err instanceof JournalInUse) {
+      log.fatal({ err }, 'journal slot in use');
+      process.stderr.write(`cannot start: ${err.message}\n`);
+      process.exit(EXIT.JOURNAL_IN_USE);
+    }
+    log.fatal({ err }, 'cannot lock the journal slot (check JOURNAL_DIR)');
+    process.stderr.write(`configuration error: JOURNAL_DIR: cannot lock journal slot ${slot} in ${config.journalDir}: ${(err as Error).message}\n`);
+    process.exit(EXIT.CONFIG);
+  }
 }
 
 /**

@@ -2,24 +2,28 @@
 // (test/unit/journal/power-cut.test.ts runs it; the mutation tests run it on broken copies of the
 // journal to show that it fails).
 //
-// A workload drives a journal on a crashable file system (crashable-files.ts) the way the producer
-// does: appends of 1 to 10,000 points, each answered once its group commit completed (JOURNAL_SYNC=disk)
-// or at once (process); acknowledgements, whole and in parts, and their marks; segment roll-over and
-// spare reuse (small segments); a full journal and a disk that refuses writes; close and reopen; power
-// cuts it carries on from. After every file operation it cuts the power several times (one cut keeps
-// nothing that was not synced, the others are drawn at random), recovers a journal from each image
-// and checks:
+// A workload drives a journal on a crashable file system (crashable-files.ts) the way the write-ahead
+// path does: appends of 1 to 10,000 points, each answered once its group commit completed
+// (JOURNAL_SYNC=disk) or at once (process); acknowledgements, whole and in parts, and their marks;
+// segment roll-over and spare reuse (small segments); a full journal and a disk that refuses writes; a
+// disk that fails any operation with EIO or ENOSPC for a while, the journal failing and its worker
+// restarted on what the disk holds; close and reopen; power cuts it carries on from. After every file
+// operation it cuts the power several times (one cut keeps nothing that was not synced, the others are
+// drawn at random), recovers a journal from each image and checks:
 //   - recovery does not throw;
 //   - every record whose commit completed (its request had a 202) and that Kafka has not acknowledged
 //     comes back, byte for byte, with its timestamp;
 //   - nothing comes back that was never written, nothing twice, and in the order it was written;
 //   - a record marked done may come back (a duplicate, counted by the producer as possible), never
 //     costs another record;
-// and, now and then, damages a record of the image (a flipped byte, a torn end) and checks that the
-// damaged record is counted and skipped, and the others still come back.
+// and, now and then, damages a record of the image (a flipped byte anywhere in it, its header
+// included, or a torn end) and checks that the damaged record is counted and skipped, and the others
+// still come back.
 import { crc32 } from 'node:zlib';
 import type { Journal as JournalType, JournalOptions } from '../../src/journal/journal.js';
-import { readRecord, RECORD_HEADER_BYTES, recordBytes, type JournalBatch, type JournalRecord } from '../../src/journal/record.js';
+import { recordBytes, scanSegment, type JournalBatch, type JournalRecord } from '../../src/journal/record.js';
+import { makeDurableDir } from '../../src/journal/slot-files.js';
+import { claimSlotsNow, type SlotClaim } from '../../src/journal/slot-lock.js';
 import { encodePoints } from '../../src/track-point/encode.js';
 import { messagesOf } from '../../support/messages.js';
 import { CrashableFiles, seeded, type CutKind } from './crashable-files.js';
@@ -36,6 +40,10 @@ export interface WorkloadOptions {
   draws: number;
   /** Process mode: offer mappings (the journal then copies records into them). */
   mappable?: boolean;
+  /** Whether the disk fails now and then (default true). */
+  faults?: boolean;
+  /** How the service makes the journal's directory (slot-files.ts): a mutant's copy passes its own. */
+  makeDurableDir?: typeof makeDurableDir;
 }
 
 export interface WorkloadResult {
@@ -48,6 +56,8 @@ export interface WorkloadResult {
   did: Record<string, number>;
   /** Process mode: the most records answered 202 that one power cut lost. */
   lostToPowerCuts: number;
+  /** Operations the failing disk failed, by syscall. */
+  faults: Record<string, number>;
 }
 
 const DIR = '/journal';
@@ -61,6 +71,8 @@ interface Written {
 }
 
 class Violation extends Error {}
+/** A recovery the failing disk failed: tried again, as a restarted worker does. */
+class RecoveryFailed extends Error {}
 
 /** A request of `n` points whose keys name record `id` (`r<id>-<i>`), as the producer hands it over. */
 function batchFor(id: number, points: number, random: () => number): JournalBatch {
@@ -108,8 +120,19 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
   let recoveries = 0;
   let lastStep = 'none';
 
-  const open = (files: CrashableFiles) =>
-    new Journal({ dir: DIR, slot: 0, slots: 1, maxBytes, segmentBytes, sync, syncIntervalMs: 0, files, onCorrupt: () => {} });
+  /** The slot claimed and its journal opened on `files`, as a worker does (the primary made the directory). */
+  const makeDir = opts.makeDurableDir ?? makeDurableDir;
+  const openWithClaim = (files: CrashableFiles): { journal: JournalType; claim: SlotClaim } => {
+    makeDir(files, DIR);
+    const claim = claimSlotsNow({ files, dir: DIR, slot: 0, slotsInUse: 1 });
+    try {
+      return { journal: new Journal({ dir: DIR, claim, maxBytes, segmentBytes, sync, syncIntervalMs: 0, files }), claim };
+    } catch (err) {
+      claim.release();
+      throw err;
+    }
+  };
+  const open = (files: CrashableFiles) => openWithClaim(files).journal;
 
   /** Recovers a journal from `files`; checks what it gives back. Returns the ids in order and the journal. */
   let lostToPowerCuts = 0;
@@ -117,14 +140,17 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
    * Recovers a journal from `files`; checks what it gives back. `mayLose`: process mode after a power
    * cut, where a 202 promised nothing of the disk (counted instead).
    */
-  const recover = (files: CrashableFiles, where: string, mayLose = false): { ids: number[]; journal: JournalType; records: { id: number; inFlightId: number }[] } => {
+  const recover = (files: CrashableFiles, where: string, mayLose = false): { ids: number[]; journal: JournalType; claim: SlotClaim; records: { id: number; inFlightId: number }[] } => {
     recoveries++;
     let journal: JournalType;
+    let claim: SlotClaim;
     let got: ReturnType<JournalType['nextRecovered']>;
     try {
-      journal = open(files);
+      ({ journal, claim } = openWithClaim(files));
       got = journal.nextRecovered(Number.MAX_SAFE_INTEGER);
     } catch (err) {
+      // A failing disk may fail a recovery: the worker is restarted and tries again (recoverOnFailingDisk).
+      if (files.faults !== null && err instanceof Error && err.name === 'JournalError') throw new RecoveryFailed(err.message);
       throw new Violation(`${where}: recovery threw: ${(err as Error).stack}`);
     }
     const ids: number[] = [];
@@ -142,31 +168,50 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
     const lost = [...promised].filter((id) => !done.has(id) && !back.has(id));
     if (mayLose) lostToPowerCuts = Math.max(lostToPowerCuts, lost.length);
     else if (lost.length > 0) throw new Violation(`${where}: ${lost.length} record(s) answered 202 and not acknowledged by Kafka did not come back: r${lost.slice(0, 10).join(', r')}`);
-    return { ids, journal: journal!, records };
+    return { ids, journal: journal!, claim: claim!, records };
   };
 
-  /** Damages one record of the image (a flipped byte in its data, or the file torn inside it): it must be counted and skipped, the rest still come back. */
+  /**
+   * A worker restarted on the live disk (its journal failed, or an orderly restart): recovered as
+   * often as the failing disk fails it, the disk healed after three tries so that the workload goes on.
+   */
+  const recoverOnFailingDisk = (where: string) => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return recover(files, where);
+      } catch (err) {
+        if (!(err instanceof RecoveryFailed)) throw err;
+        files.processDied();
+        count('recovery failed by the disk');
+        if (attempt === 3) files.faults = null;
+      }
+    }
+  };
+
+  /** Damages one record of the image (a flipped byte anywhere in it, header included, or the file torn inside it): it must be counted and skipped, the rest still come back. */
   const damage = (image: CrashableFiles, before: number[], where: string, mayLose: boolean) => {
-    const files = image.list(DIR).filter((n) => n.endsWith('.wal'));
-    if (files.length === 0) return;
-    const name = pick(files);
+    let segments: string[];
+    try {
+      segments = image.list(DIR).filter((n) => n.endsWith('.wal'));
+    } catch {
+      return; // a power cut before the journal's directory was made
+    }
+    if (segments.length === 0) return;
+    const name = pick(segments);
     const path = `${DIR}/${name}`;
     const bytes = Buffer.from(image.bytesOf(path)!);
     const seq = Number(/\.(\d+)\.wal$/.exec(name)![1]);
     const chain: { at: number; bytes: number; id: number | null }[] = [];
-    for (let at = 0; ; ) {
-      const r = readRecord(bytes, at, bytes.byteLength - at, seq);
-      if (r.kind !== 'record') break;
-      chain.push({ at, bytes: r.bytes, id: idOf(r.record) });
-      at += r.bytes;
-    }
+    for (const item of scanSegment(bytes, seq)) if (item.kind === 'record') chain.push({ at: item.at, bytes: recordBytes(item.record), id: idOf(item.record) });
     if (chain.length === 0) return;
-    const torn = random() < 0.5;
+    const torn = random() < 0.3;
     const victim = torn ? chain[chain.length - 1]! : pick(chain);
     let damaged: Buffer;
-    if (torn) damaged = bytes.subarray(0, victim.at + 1 + Math.floor(random() * (victim.bytes - 1)));
+    let flippedAt = -1;
+    if (torn) damaged = bytes.subarray(0, victim.at + 4 + Math.floor(random() * (victim.bytes - 4)));
     else {
-      const at = victim.at + RECORD_HEADER_BYTES + Math.floor(random() * (victim.bytes - RECORD_HEADER_BYTES));
+      const at = victim.at + Math.floor(random() * victim.bytes);
+      flippedAt = at;
       damaged = Buffer.from(bytes);
       damaged[at] = damaged[at]! ^ (1 + Math.floor(random() * 255));
     }
@@ -180,9 +225,12 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
     if (victim.id !== null) promised.delete(victim.id);
     try {
       const after = recover(hurt, what, mayLose);
-      // A flipped byte adds one; a torn end cuts off what came after the record, damage included.
-      if (torn ? after.journal.corruptRecords < 1 : after.journal.corruptRecords !== undamaged.corruptRecords + 1) {
-        throw new Violation(`${what}: ${after.journal.corruptRecords} corrupt records counted, ${undamaged.corruptRecords} without the damage: the damaged record was not counted`);
+      // A flipped byte adds one at least (more where the image was damaged beside it already: a
+      // damaged header then says what it can, test/unit/journal/journal.test.ts holds the exact count
+      // on a whole segment); a torn end cuts off what came after the record, damage included.
+      if (torn ? after.journal.damagedRecords < 1 : after.journal.damagedRecords < undamaged.damagedRecords + 1) {
+        const items = (b: Buffer) => [...scanSegment(b, seq)].map((x) => (x.kind === 'record' ? `r${x.index}@${x.at}` : `damaged ${x.records}@${x.at}`)).join(' ');
+        throw new Violation(`${what}: ${after.journal.damagedRecords} damaged records counted, ${undamaged.damagedRecords} without the damage: the damaged record was not counted, or cost others (the segment read ${items(bytes)}; damaged at ${flippedAt} of ${damaged.byteLength} bytes, ${items(damaged)}; header ${damaged.subarray(victim.at, victim.at + 40).toString('hex')})`);
       }
       if (victim.id !== null && after.ids.includes(victim.id)) throw new Violation(`${what}: the damaged record came back`);
       const missing = before.filter((id) => id !== victim.id && !after.ids.includes(id));
@@ -190,7 +238,7 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
     } finally {
       for (const id of saved) promised.add(id);
     }
-    count('damaged');
+    count(torn ? 'damaged: torn' : 'damaged: a byte flipped');
   };
 
   let violation: string | null = null;
@@ -225,10 +273,12 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
   };
 
   let files = new CrashableFiles({ onStep, mappable: opts.mappable });
-  files.makeDir(DIR);
   // Some workloads start where an earlier version left its spill journal: its points had their 202,
-  // and the journal imports them at open (every step of the import is a cut point too).
+  // and the journal imports them at open (every step of the import is a cut point too). The others
+  // start on an empty disk: the journal's directory is made as the service makes it.
   if (random() < 0.25) {
+    files.makeDir(DIR);
+    files.syncDirSync('/');
     const parts: Buffer[] = [];
     for (let i = 0, n = 1 + Math.floor(random() * 6); i < n; i++) {
       const id = nextId++;
@@ -250,7 +300,7 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
     files.setBytes(`${DIR}/worker-0.000000000001.spill`, Buffer.concat(parts));
     count('legacy spill imported');
   }
-  let journal = open(files);
+  let { journal, claim } = openWithClaim(files);
 
   /** After a restart (close and reopen, or a power cut): what came back is in flight again. */
   const adopt = (records: { id: number; inFlightId: number }[]) => {
@@ -274,7 +324,7 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
     } catch (err) {
       // By name: a mutant's copy of the journal (power-cut-mutants.test.ts) has a class of its own.
       if (!(err instanceof Error && err.name === 'JournalError')) throw err;
-      count('write refused');
+      count(journal.failure === null ? 'write refused' : 'write failed');
       return;
     }
     count(points >= 1000 ? 'append 1000+' : 'append');
@@ -306,24 +356,49 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
     }
   };
 
+  /**
+   * The worker's restart, on the same disk: close (disk mode: syncs, or answers with the failure, what
+   * waited), the process gone with its descriptors and locks, and a new one recovering the slot.
+   */
+  const restart = (where: string) => {
+    try {
+      journal.close();
+    } catch {
+      /* a failing disk: the worker exits all the same */
+    }
+    claim.release();
+    files.processDied();
+    life++;
+    const next = recoverOnFailingDisk(where);
+    ({ journal, claim } = next);
+    adopt(next.records);
+  };
+
+  // A failing disk's errors drawn from a stream of their own: the workload's own draws stay as they are.
+  const faultRandom = seeded(seed ^ 0x5eed);
+  const faultCounts: Record<string, number> = {};
+  const faultsSoFar = () => {
+    const all = { ...faultCounts };
+    for (const [syscall, n] of Object.entries(files.failed)) all[syscall] = (all[syscall] ?? 0) + n;
+    return all;
+  };
   try {
     for (let i = 0; i < opts.actions && violation === null; i++) {
       const r = random();
-      if (r < 0.38) append();
-      else if (r < 0.7) acknowledge();
-      else if (r < 0.78) journal.flushMarks();
-      else if (r < 0.88) await new Promise((resolve) => setImmediate(resolve));
-      else if (r < 0.92) {
+      if (r < 0.37) append();
+      else if (r < 0.68) acknowledge();
+      else if (r < 0.76) journal.flushMarks();
+      else if (r < 0.86) await new Promise((resolve) => setImmediate(resolve));
+      else if (r < 0.9) {
         files.capacity = files.usedBytes() + Math.floor(random() * 64 * 1024);
         count('disk nearly full');
-      } else if (r < 0.97) files.capacity = Infinity;
-      else if (r < 0.985) {
+      } else if (r < 0.94) files.capacity = Infinity;
+      else if (r < 0.955 && opts.faults !== false) {
+        files.faults = files.faults === null ? { rate: pick([0.02, 0.1, 0.3]), random: faultRandom } : null;
+        count(files.faults === null ? 'disk healed' : 'disk failing');
+      } else if (r < 0.97) {
         // An orderly restart: close (disk mode: syncs and answers what waited), then reopen.
-        journal.close();
-        life++;
-        const { journal: next, records } = recover(files, `seed ${seed}, reopened after a close at ${lastStep}`);
-        journal = next;
-        adopt(records);
+        restart(`seed ${seed}, reopened after a close at ${lastStep}`);
         count('closed and reopened');
       } else {
         // A power cut the workload carries on from: one image, recovered, written to again.
@@ -335,22 +410,29 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
         const where = `seed ${seed}, restarted after a power cut at ${lastStep}`;
         const survived = new Set(recover(image.cut(() => 0, 'everything'), where, sync === 'process').ids);
         for (const id of promised) if (!survived.has(id)) promised.delete(id);
+        for (const [syscall, n] of Object.entries(files.failed)) faultCounts[syscall] = (faultCounts[syscall] ?? 0) + n;
         files = image;
         files.onStep = onStep;
-        const { journal: next, records } = recover(files, where);
-        journal = next;
-        adopt(records);
+        const next = recover(files, where);
+        ({ journal, claim } = next);
+        adopt(next.records);
         count('power cut and restart');
+      }
+      // The journal failed (the disk failed a write or a sync): it takes nothing more, and its worker
+      // is restarted to recover from what the disk holds.
+      if (journal.failure !== null && violation === null) {
+        count('journal failed');
+        restart(`seed ${seed}, restarted after the journal failed at ${lastStep}`);
       }
     }
     // Let the last commits complete (their steps are cut points too).
     while (files.syncing) await new Promise((resolve) => setImmediate(resolve));
     if (violation !== null) throw new Violation(violation);
   } catch (err) {
-    if (err instanceof Violation) return { cutPoints, recoveries, violation: err.message, did, lostToPowerCuts };
+    if (err instanceof Violation) return { cutPoints, recoveries, violation: err.message, did, lostToPowerCuts, faults: faultsSoFar() };
     throw err;
   } finally {
     files.onStep = undefined;
   }
-  return { cutPoints, recoveries, violation: null, did, lostToPowerCuts };
+  return { cutPoints, recoveries, violation: null, did, lostToPowerCuts, faults: faultsSoFar() };
 }

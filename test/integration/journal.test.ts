@@ -4,16 +4,16 @@
 // journal refuses with 500 journal_full and readiness says so; a full disk refuses before anything is
 // taken. And ACK_MODE=delivered answers only after Kafka has the points.
 import { execFileSync } from 'node:child_process';
-import { appendFileSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { Journal } from '../../src/journal/journal.js';
 import { encodePoints } from '../../src/track-point/encode.js';
 import { ACCOUNTING_HEADER, AccountedLoad, accountingRow } from '../helpers/accounting.js';
 import { consumeAll, createTopic, deleteTopic, uniqueTopic } from '../../support/kafka.js';
 import { journalDir, metric, point, postTrack, startService, until } from '../helpers/service.js';
+import { openJournal } from '../helpers/journal.js';
 import { fileTopic } from '../helpers/topic.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
@@ -28,7 +28,7 @@ describe('what an earlier process left in the journal', () => {
     const written: string[] = [];
     let doneBefore = 0;
     for (const slot of [0, 1]) {
-      const journal = new Journal({ dir, slot, slots: 2, maxBytes: 2 ** 30, sync: 'process' });
+      const { journal, claim } = openJournal({ dir, slot, slots: 2, maxBytes: 2 ** 30, sync: 'process' });
       for (let seq = 0; seq < perSlot; seq++) {
         const p = { ...point(`J${slot}-${seq % 7}`), speed: seq };
         const e = encodePoints([p]);
@@ -40,6 +40,7 @@ describe('what an earlier process left in the journal', () => {
         } else written.push(JSON.stringify(p));
       }
       journal.close();
+      claim.release(); // that run's worker crashed
     }
     expect(walFiles(dir)).toHaveLength(2);
 
@@ -65,35 +66,37 @@ describe('what an earlier process left in the journal', () => {
     }
   });
 
-  it('with a torn end and a damaged record: the others arrive, those two are counted, the worker runs on', async () => {
+  it('with a damaged header and a torn end: the others arrive, those two are counted and logged with their file and offset, the worker runs on', async () => {
     const dir = journalDir();
-    // Written with pwritev: the file is its records alone, a third of it each.
-    const journal = new Journal({ dir, slot: 0, slots: 1, maxBytes: 2 ** 30, sync: 'process', mapSegments: false });
-    for (const id of ['TORN-a', 'TORN-b', 'TORN-c']) {
+    // Written with pwritev: the file is its records alone, a quarter of it each.
+    const { journal, claim } = openJournal({ dir, maxBytes: 2 ** 30, sync: 'process', mapSegments: false });
+    for (const id of ['TORN-a', 'TORN-b', 'TORN-c', 'TORN-d']) {
       const e = encodePoints([{ ...point(id), speed: 0 }]);
       journal.append({ count: 1, data: Buffer.from(e.data), messages: e.messages.slice() }, Date.now());
     }
     journal.close();
+    claim.release();
     const file = join(dir, walFiles(dir)[0]!);
-    // Damage TORN-b's value (its last byte, inside the CRC), then a record cut short at the end.
-    const { readFileSync } = await import('node:fs');
+    // A byte of TORN-b's header damaged (its length: the record's size can no longer be trusted), then
+    // TORN-d cut short, as a crash during its write leaves it.
     const bytes = readFileSync(file);
-    const one = bytes.byteLength / 3;
-    bytes[2 * one - 2] = bytes[2 * one - 2]! ^ 0x20;
+    const one = bytes.byteLength / 4;
+    bytes[one + 9] = bytes[one + 9]! ^ 0x20;
     writeFileSync(file, bytes);
-    appendFileSync(file, bytes.subarray(0, 40));
-    const corruptTopic = await createTopic(uniqueTopic('journal-corrupt'));
-    const svc = await startService({ MQ_TOPIC: corruptTopic, JOURNAL_DIR: dir });
+    truncateSync(file, 3 * one + 50);
+    const damagedTopic = await createTopic(uniqueTopic('journal-damaged'));
+    const svc = await startService({ MQ_TOPIC: damagedTopic, JOURNAL_DIR: dir });
     try {
       await until('the journal to be empty', async () => walFiles(dir).length === 0);
-      const keys = (await consumeAll(corruptTopic, { expected: 2, idleMs: 1_000 })).map((m) => m.key).sort();
+      const keys = (await consumeAll(damagedTopic, { expected: 2, idleMs: 1_000 })).map((m) => m.key).sort();
       expect(keys).toEqual(['TORN-a', 'TORN-c']);
-      expect(await metric(svc.url, 'ingest_journal_corrupt_records_total')).toBe(2);
-      expect(svc.output.filter((l) => l.includes('journal file:')).length).toBe(2);
-      expect((await postTrack(svc.url, [point('after-corrupt')])).status).toBe(202);
+      expect(await metric(svc.url, 'ingest_journal_damaged_records_total')).toBe(2);
+      const logged = svc.output.filter((l) => l.includes('journal file damaged')).map((l) => JSON.parse(l) as { file: string; at: number });
+      expect(logged.map((l) => [l.file, l.at])).toEqual([[file, one], [file, 3 * one]]);
+      expect((await postTrack(svc.url, [point('after-damage')])).status).toBe(202);
     } finally {
       expect(await svc.stop()).toBe(0);
-      await deleteTopic(corruptTopic);
+      await deleteTopic(damagedTopic);
     }
   });
 

@@ -60,7 +60,7 @@ describe('GET /metrics with WORKERS=2', () => {
       'ingest_journal_oldest_unacknowledged_seconds',
       'ingest_journal_replayed_points_total',
       'ingest_journal_possible_duplicates_total',
-      'ingest_journal_corrupt_records_total',
+      'ingest_journal_damaged_records_total',
       'ingest_kafka_brokers_up',
       'ingest_kafka_broker_rtt_seconds',
       'ingest_kafka_inflight_requests',

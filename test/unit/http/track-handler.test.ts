@@ -1,37 +1,37 @@
-// POST /track from its headers to its answer, with the producer replaced at its seam (PointSink) and
-// the socket by an exchange that records what it is told. The integration tests run the same paths
-// against uWebSockets.js and a real broker.
+// POST /track from its headers to its answer, with the write-ahead path replaced at its seam
+// (PointSink) and the socket by an exchange that records what it is told. The integration tests run
+// the same paths against uWebSockets.js and a real broker.
 import { describe, expect, it } from 'vitest';
-import { loadConfig } from '../../../src/config.js';
 import type { ProducerRefusal } from '../../../src/api/errors.js';
-import type { PointSink, TrackOutcome } from '../../../src/http/track-body.js';
+import { loadConfig } from '../../../src/config.js';
+import type { TrackAnswer } from '../../../src/http/track-answers.js';
 import { isJsonContentType, TrackHandler, type TrackExchange } from '../../../src/http/track-handler.js';
-import type { DeliveryTicket } from '../../../src/kafka/delivery-reports.js';
-import type { Refusal } from '../../../src/kafka/producer.js';
 import { createWorkerMetrics } from '../../../src/metrics/metrics.js';
 import type { EncodedPoints } from '../../../src/track-point/encode.js';
+import type { LateFailure, Pending, PointSink, Refusal } from '../../../src/write-ahead/acceptance.js';
 
 const point = { container_id: 'c1', lat: 1, lon: 2, timestamp: '2024-05-01T12:00:00Z' };
 const body = (n: number) => Buffer.from(JSON.stringify(Array.from({ length: n }, () => point)));
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** A producer whose admission and enqueue answer what the test says; it keeps the tickets it was given. */
-class FakeProducer implements PointSink {
+/** A write-ahead path whose admission and acceptance answer what the test says; with `later`, it keeps the answers that wait. */
+class FakeSink implements PointSink {
   admits: ProducerRefusal | null = null;
-  enqueues: Refusal | null = null;
+  refuses: Refusal | null = null;
+  later = false;
   taken = 0;
-  tickets: DeliveryTicket[] = [];
+  waiting: ((failure: LateFailure | null) => void)[] = [];
   admission(): ProducerRefusal | null {
     return this.admits;
   }
-  tryEnqueue(batch: EncodedPoints, ticket: DeliveryTicket | null): Refusal | null {
-    if (this.enqueues !== null) return this.enqueues;
+  accept(batch: EncodedPoints): Refusal | Pending | null {
+    if (this.refuses !== null) return this.refuses;
     this.taken += batch.count;
-    if (ticket !== null) {
-      ticket.remaining = batch.count;
-      this.tickets.push(ticket);
-    }
-    return null;
+    if (!this.later) return null;
+    return { whenAnswerable: (answer) => void this.waiting.push(answer) };
+  }
+  readiness() {
+    return { ready: true, reason: 'ok' };
   }
 }
 
@@ -44,7 +44,7 @@ function exchange(aborted = false) {
     abort: () => {
       aborted = true;
     },
-    answer(outcome: TrackOutcome, stopReading: boolean) {
+    answer(outcome: TrackAnswer, stopReading: boolean) {
       const json = JSON.parse(outcome.body.toString()) as { error?: string };
       answers.push({ status: outcome.status, ...(json.error === undefined ? {} : { error: json.error }), stopReading });
     },
@@ -53,7 +53,7 @@ function exchange(aborted = false) {
 }
 
 function handler(env: Record<string, string> = {}) {
-  const producer = new FakeProducer();
+  const producer = new FakeSink();
   const metrics = createWorkerMetrics('t');
   const h = new TrackHandler(loadConfig({ MAX_BODY_BYTES: '4096', ...env }), producer, metrics);
   return { h, producer, tally: metrics.track.tally };
@@ -114,20 +114,32 @@ describe('TrackHandler: taking a body', () => {
     expect(x.answers).toEqual([{ status: 413, error: 'payload_too_large', stopReading: true }]);
   });
 
-  it('with ACK_MODE=delivered, answers once the ticket settles: 202, or delivery_failed; an aborted client is counted, not answered', () => {
-    const { h, producer, tally } = handler({ ACK_MODE: 'delivered' });
+  it('answers a request whose answer waits (the disk, or Kafka) once the write-ahead path says so: 202, or its failure; an aborted client is counted, not answered', () => {
+    const { h, producer, tally } = handler();
+    producer.later = true;
     const [a, b, c] = [exchange(), exchange(), exchange()];
     for (const x of [a, b, c]) post(h, x, body(2));
     expect([a.answers, h.awaitingAnswer]).toEqual([[], 3]);
-    const [ta, tb, tc] = producer.tickets as [DeliveryTicket, DeliveryTicket, DeliveryTicket];
-    ta.settle(ta);
-    tb.failed = 2;
-    tb.firstError = 'Local: Message timed out';
-    tb.settle(tb);
+    const [ta, tb, tc] = producer.waiting as [(f: LateFailure | null) => void, (f: LateFailure | null) => void, (f: LateFailure | null) => void];
+    ta(null);
+    tb({ code: 'delivery_failed', message: 'none of the 2 track points was written to Kafka' });
     c.abort();
-    tc.settle(tc);
+    tc(null);
     expect([a.answers, b.answers, c.answers]).toEqual([[{ status: 202, stopReading: false }], [{ status: 500, error: 'delivery_failed', stopReading: false }], []]);
     expect([h.awaitingAnswer, tally.byStatus[202], tally.points]).toEqual([0, 2, 4]);
+  });
+
+  it('answers 500 journal_failed when the journal failed, before the body is read and after it', () => {
+    const { h, producer, tally } = handler();
+    producer.admits = 'journal_failed';
+    const before = exchange();
+    post(h, before, body(1));
+    producer.admits = null;
+    producer.refuses = 'journal_failed';
+    const after = exchange();
+    post(h, after, body(3));
+    expect([before.answers, after.answers]).toEqual([[{ status: 500, error: 'journal_failed', stopReading: false }], [{ status: 500, error: 'journal_failed', stopReading: false }]]);
+    expect([producer.taken, tally.refused.journal_failed, tally.rejected.journal_failed]).toEqual([0, 2, 3]);
   });
 
   it('lets a request that finds the queue full wait for room, and takes it as room appears, oldest first', async () => {
@@ -144,7 +156,7 @@ describe('TrackHandler: taking a body', () => {
 
   it('answers queue_full after QUEUE_FULL_WAIT_MS without room, and a request read whole that did not fit waits too', async () => {
     const { h, producer } = handler({ QUEUE_FULL_WAIT_MS: '50' });
-    producer.enqueues = 'queue_full'; // admitted from its headers, then no room for its points
+    producer.refuses = 'queue_full'; // admitted from its headers, then no room for its points
     const x = exchange();
     post(h, x, body(1));
     expect([x.answers, h.waitingForRoom]).toEqual([[], 1]);

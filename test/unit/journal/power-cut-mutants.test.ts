@@ -7,7 +7,10 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { REPO_ROOT } from '../../../support/repo-root.js';
+import type { makeDurableDir } from '../../../src/journal/slot-files.js';
 import { runWorkload, type JournalClass } from '../../helpers/power-cut.js';
+
+type MakeDir = typeof makeDurableDir;
 
 interface Mutant {
   readonly name: string;
@@ -38,16 +41,34 @@ const MUTANTS: readonly Mutant[] = [
   {
     name: "a spare's stale record read as current (the segment number not checked)",
     file: 'record.ts',
-    from: "  if (!isRecordMagic(magic) || buf.readUInt32LE(at + 16) !== segment) return { kind: 'end' };",
-    to: "  if (!isRecordMagic(magic)) return { kind: 'end' };",
+    from: '    if (h !== null && h.segment === seq && h.index >= due) {',
+    to: '    if (h !== null && h.index >= due) {',
+  },
+  {
+    name: 'a damaged header ends the reading of its segment (no resynchronisation)',
+    file: 'record.ts',
+    from: '    if (byFirstHalf < 0 && bySecondHalf < 0) break;',
+    to: '    break;',
+  },
+  {
+    name: "a failed fdatasync forgotten: the next commit's sync answers its requests (fsyncgate)",
+    file: 'group-commit.ts',
+    from: '      if (err !== null && failure === null) failure = syncError(err, what);',
+    to: '      if (err !== null && failure === null && what === \'\') failure = syncError(err, what);',
+  },
+  {
+    name: "the journal directory's entry not made durable (no fsync of its parent)",
+    file: 'slot-files.ts',
+    from: '  for (const level of levels.reverse()) files.syncDirSync(dirname(level));',
+    to: '  void levels;',
   },
 ];
 
 const WORK = join(REPO_ROOT, '.run', 'mutants');
 afterAll(() => rmSync(WORK, { recursive: true, force: true }));
 
-/** src/journal copied with one mutation applied; its Journal class. */
-async function mutantJournal(m: Mutant, slug: string): Promise<JournalClass> {
+/** src/journal copied with one mutation applied; its Journal class, and how it makes its directory. */
+async function mutantJournal(m: Mutant, slug: string): Promise<{ Journal: JournalClass; makeDurableDir: MakeDir }> {
   const dir = join(WORK, slug, 'journal');
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
@@ -56,15 +77,17 @@ async function mutantJournal(m: Mutant, slug: string): Promise<JournalClass> {
   const source = readFileSync(path, 'utf8');
   expect(source.split(m.from).length - 1, `the code "${m.name}" breaks is in src/journal/${m.file} once`).toBe(1);
   writeFileSync(path, source.replace(m.from, m.to));
-  return ((await import(pathToFileURL(join(dir, 'journal.ts')).href)) as { Journal: JournalClass }).Journal;
+  const { Journal } = (await import(pathToFileURL(join(dir, 'journal.ts')).href)) as { Journal: JournalClass };
+  const { makeDurableDir } = (await import(pathToFileURL(join(dir, 'slot-files.ts')).href)) as { makeDurableDir: MakeDir };
+  return { Journal, makeDurableDir };
 }
 
 describe('the power-cut harness catches', () => {
   it.each(MUTANTS.map((m, i) => ({ ...m, slug: `m${i}` })))('$name', { timeout: 300_000 }, async (m) => {
-    const Journal = await mutantJournal(m, m.slug);
+    const { Journal, makeDurableDir } = await mutantJournal(m, m.slug);
     let caught: string | null = null;
-    for (let seed = 1; seed <= 40 && caught === null; seed++) {
-      caught = (await runWorkload({ Journal, seed, sync: 'disk', actions: 250, draws: 3 })).violation;
+    for (let seed = 1; seed <= 60 && caught === null; seed++) {
+      caught = (await runWorkload({ Journal, makeDurableDir, seed, sync: 'disk', actions: 250, draws: 3 })).violation;
     }
     console.log(`${m.name}: ${caught}`);
     expect(caught).not.toBeNull();

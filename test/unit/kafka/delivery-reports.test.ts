@@ -4,7 +4,7 @@ import Kafka from 'node-rdkafka';
 import { describe, expect, it } from 'vitest';
 import { createLogger } from '../../../src/log.js';
 import { DeliveryReports, MSG_STATUS, newTicket, type DeliveryTicket } from '../../../src/kafka/delivery-reports.js';
-import type { FailedMessage } from '../../../src/kafka/redelivery.js';
+import type { FailedMessage } from '../../../src/kafka/delivery-reports.js';
 import { createWorkerMetrics } from '../../../src/metrics/metrics.js';
 import { metricValue } from '../../helpers/service.js';
 

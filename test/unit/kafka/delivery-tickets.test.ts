@@ -1,7 +1,6 @@
 // ACK_MODE=delivered: a request is answered once, when its last point reported or when the deadline
 // passed first; what is missing at the deadline counts as possibly written.
 import { describe, expect, it } from 'vitest';
-import { deliveryFailed } from '../../../src/http/track-body.js';
 import { newTicket, TicketDeadlines, type DeliveryTicket } from '../../../src/kafka/delivery-reports.js';
 
 function tickets(count: number, enqueuedAt: number) {
@@ -57,27 +56,5 @@ describe('TicketDeadlines', () => {
     now = 1_800;
     deadlines.sweep();
     expect([late.settled.length, deadlines.size]).toEqual([1, 0]);
-  });
-});
-
-describe('the answer to a request whose points were not all acknowledged', () => {
-  const ticket = (failed: number, uncertain: number) => ({ ...newTicket(() => {}), failed, uncertain, firstError: 'Local: Message timed out' });
-
-  it('is delivery_failed only when librdkafka says that none of them was written', () => {
-    const r = deliveryFailed(ticket(4, 0), 4);
-    expect([r.status, r.reason, r.retryAfter, JSON.parse(r.body.toString()).message]).toEqual([
-      500,
-      'delivery_failed',
-      1,
-      'none of the 4 track points was written to Kafka (Local: Message timed out); resend the whole request',
-    ]);
-  });
-
-  it('is delivery_uncertain when some were written, or may have been', () => {
-    const partly = deliveryFailed(ticket(1, 0), 4);
-    const maybe = deliveryFailed(ticket(4, 2), 4);
-    expect([partly.reason, maybe.reason]).toEqual(['delivery_uncertain', 'delivery_uncertain']);
-    expect(JSON.parse(partly.body.toString()).message).toBe('1 of 4 track points were not acknowledged by Kafka (Local: Message timed out); 3 were written: resending the whole request may duplicate them');
-    expect(JSON.parse(maybe.body.toString()).message).toMatch(/4 of 4 .*; 0 were written and 2 may have been \(sent, no answer in time\)/);
   });
 });

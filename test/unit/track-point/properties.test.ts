@@ -3,9 +3,12 @@
 // breaks one rule is rejected with the right detail; arbitrary bodies never throw.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { handleTrackBody, refusalAnswers, type PointSink } from '../../../src/http/track-body.js';
-import type { Refusal } from '../../../src/kafka/producer.js';
+import { loadConfig } from '../../../src/config.js';
+import type { TrackAnswer } from '../../../src/http/track-answers.js';
+import { TrackHandler } from '../../../src/http/track-handler.js';
+import { createWorkerMetrics } from '../../../src/metrics/metrics.js';
 import { type EncodedPoints } from '../../../src/track-point/encode.js';
+import type { PointSink } from '../../../src/write-ahead/acceptance.js';
 import { messagesOf } from '../../../support/messages.js';
 
 const DAYS = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
@@ -51,17 +54,24 @@ class Sink implements PointSink {
   admission(): null {
     return null;
   }
-  tryEnqueue(batch: EncodedPoints): Refusal | null {
+  accept(batch: EncodedPoints): null {
     // The batch views scratch space reused by the next request: copy its messages now.
     this.batch = messagesOf(batch);
     return null;
   }
+  readiness() {
+    return { ready: true, reason: 'ok' };
+  }
 }
-const limits = { maxBodyBytes: 1 << 20, maxPoints: 10_000, refusals: refusalAnswers({ brokerDownGraceMs: 5000, topic: 't', brokers: 'b:9092', queueFullWaitMs: 200 }) };
+/** A body taken by POST /track's handler, as its socket would hand it over: its answer, and what reached the write-ahead path. */
+const config = loadConfig({ MAX_BODY_BYTES: String(1 << 20), MAX_POINTS: '10000' });
+const metrics = createWorkerMetrics('properties');
 const post = (body: string | Buffer) => {
   const sink = new Sink();
-  const out = handleTrackBody(Buffer.isBuffer(body) ? body : Buffer.from(body), false, limits, sink);
-  return { out, sink };
+  let out: TrackAnswer | null = null;
+  new TrackHandler(config, sink, metrics).take({ started: 0, aborted: () => false, answer: (a) => void (out = a) }, Buffer.isBuffer(body) ? body : Buffer.from(body), true, false, false);
+  if (out === null) throw new Error('no answer');
+  return { out: out as TrackAnswer, sink };
 };
 const normalized = (p: Record<string, unknown>) =>
   JSON.stringify({ container_id: p.container_id, lat: p.lat, lon: p.lon, timestamp: p.timestamp, speed: p.speed ?? 0 });

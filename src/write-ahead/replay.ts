@@ -1,10 +1,11 @@
-// Producing again what the journal holds and Kafka does not have yet: points whose delivery failed
-// after their 202 (retried after a back-off, in ACK_MODE=async), and the records an earlier process
-// left in the journal (a crash, a restart during an outage), produced again once Kafka takes points.
-// Both go to the same producer, with their record's id as the tag and its original timestamp; both
-// wait for room in librdkafka's queue, so that new requests keep their share of it.
-import type { Journal } from '../journal/journal.js';
+// The write-ahead path's replay: producing again what the journal holds and Kafka does not have yet.
+// Points whose delivery failed after their 202 (retried after a back-off), and the records an earlier
+// process left in the journal (a crash, a restart during an outage), produced again once Kafka takes
+// points. Both go to the same producer, with their record's id as the tag and its original timestamp;
+// both wait for room in librdkafka's queue, so that new requests keep their share of it.
+import type { Journal, RecoveredRecord } from '../journal/journal.js';
 import type { JournalBatch } from '../journal/record.js';
+import type { FailedMessage } from '../kafka/delivery-reports.js';
 
 /** After a retry in which Kafka took nothing, wait longer, up to this. */
 const RETRY_BACKOFF_MIN_MS = 1_000;
@@ -12,17 +13,8 @@ const RETRY_BACKOFF_MAX_MS = 10_000;
 /** Records read back from the journal per pass (every poll, 10 ms) at most, while the queue has room. */
 const RECOVERED_PER_PASS = 256;
 
-/** One failed message, from its failure report (the report carries its key and value). */
-export interface FailedMessage {
-  id: number;
-  key: Buffer;
-  value: Buffer;
-  /** librdkafka said the broker may have it (sent, no answer): producing it again may duplicate it. */
-  possiblyWritten: boolean;
-}
-
-/** What redelivery needs of the producer. */
-export interface RedeliverySink {
+/** What replay needs of the producer. */
+export interface ReplaySink {
   /** Hands messages to librdkafka under a tag and timestamp; returns how many it took (all, or the first n). */
   produce(batch: JournalBatch, tag: number, timestamp: number): number;
   /** Messages in librdkafka's queue now (rd_kafka_outq_len). */
@@ -31,7 +23,7 @@ export interface RedeliverySink {
   kafkaAvailable(): boolean;
 }
 
-export interface RedeliveryCounts {
+export interface ReplayCounts {
   /** Points produced again: after a failure in this process, or left by an earlier one. */
   retried: number;
   recovered: number;
@@ -39,16 +31,16 @@ export interface RedeliveryCounts {
   possibleDuplicates: number;
 }
 
-export class Redelivery {
+export class Replay {
   private failed: FailedMessage[] = [];
   private notBefore = 0;
   private backoffMs = RETRY_BACKOFF_MIN_MS;
-  readonly counts: RedeliveryCounts = { retried: 0, recovered: 0, possibleDuplicates: 0 };
+  readonly counts: ReplayCounts = { retried: 0, recovered: 0, possibleDuplicates: 0 };
 
   constructor(
     private readonly journal: Journal,
-    private readonly sink: RedeliverySink,
-    /** librdkafka's queue is shared: redelivery takes it up to this many messages, new requests the rest. */
+    private readonly sink: ReplaySink,
+    /** librdkafka's queue is shared: replay takes it up to this many messages, new requests the rest. */
     private readonly queueShare: number,
     private readonly now: () => number = Date.now,
   ) {}
@@ -71,16 +63,29 @@ export class Redelivery {
 
   /** Produces what is due, while Kafka takes points and the queue has room. Called every poll. */
   pass(): void {
-    if (!this.sink.kafkaAvailable()) return;
+    // A failed journal takes nothing more, and its worker is restarting: the next process replays.
+    if (!this.sink.kafkaAvailable() || this.journal.failure !== null) return;
     if (this.failed.length > 0 && this.now() >= this.notBefore) this.retry();
     for (let n = 0; n < RECOVERED_PER_PASS && this.journal.recovering && this.sink.queueLength() < this.queueShare; n++) {
-      const [next] = this.journal.nextRecovered(1);
+      const next = this.nextRecovered();
       if (next === undefined) break;
       const { record, inFlight } = next;
       const taken = this.sink.produce(record, inFlight.id, record.timestamp);
       this.counts.recovered += record.count;
       this.counts.possibleDuplicates += record.count;
       if (taken < record.count) this.keepUnproduced(inFlight.id, record, taken);
+    }
+  }
+
+  /**
+   * The next record an earlier process left, or undefined: none left, or a segment that cannot be
+   * read (the journal has failed then, and the worker is restarted: the next process reads it again).
+   */
+  private nextRecovered(): RecoveredRecord | undefined {
+    try {
+      return this.journal.nextRecovered(1)[0];
+    } catch {
+      return undefined;
     }
   }
 

@@ -1,12 +1,12 @@
-// Producing again from the journal: failed messages after a back-off (grouped by record, each with
-// its record's timestamp), records an earlier process left while librdkafka's queue has room.
+// The write-ahead path's replay, producing again from the journal: failed messages after a back-off
+// (grouped by record, each with its record's timestamp), records an earlier process left while librdkafka's queue has room.
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { Journal } from '../../../src/journal/journal.js';
 import type { JournalBatch } from '../../../src/journal/record.js';
-import { Redelivery } from '../../../src/kafka/redelivery.js';
+import { Replay } from '../../../src/write-ahead/replay.js';
+import { openJournal } from '../../helpers/journal.js';
 import { encodePoints } from '../../../src/track-point/encode.js';
 import { messagesOf } from '../../../support/messages.js';
 
@@ -17,7 +17,7 @@ const batch = (tag: string, n: number): JournalBatch => {
 const keys = (b: JournalBatch) => messagesOf(b).keys.map((k) => k.toString());
 
 function setup(opts: { available?: boolean; takes?: number; queue?: number; dir?: string } = {}) {
-  const journal = new Journal({ dir: opts.dir ?? mkdtempSync(join(tmpdir(), 'redelivery-')), slot: 0, slots: 1, maxBytes: 2 ** 30, sync: 'process' });
+  const { journal } = openJournal({ dir: opts.dir ?? mkdtempSync(join(tmpdir(), 'replay-')), maxBytes: 2 ** 30, sync: 'process' });
   let now = 0;
   const produced: { tag: number; timestamp: number; keys: string[] }[] = [];
   const sink = {
@@ -37,8 +37,8 @@ function setup(opts: { available?: boolean; takes?: number; queue?: number; dir?
       return this.available;
     },
   };
-  const redelivery = new Redelivery(journal, sink, 10, () => now);
-  return { journal, sink, redelivery, produced, advance: (ms: number) => (now += ms) };
+  const replay = new Replay(journal, sink, 10, () => now);
+  return { journal, sink, replay, produced, advance: (ms: number) => (now += ms) };
 }
 
 const failed = (b: JournalBatch, id: number, i: number, possiblyWritten = false) => {
@@ -46,40 +46,40 @@ const failed = (b: JournalBatch, id: number, i: number, possiblyWritten = false)
   return { id, value: Buffer.from(b.data.subarray(vs, ve)), key: Buffer.from(b.data.subarray(ks, ke)), possiblyWritten };
 };
 
-describe('Redelivery', () => {
+describe('Replay', () => {
   it('produces failed messages again after the back-off, grouped by record, each with its record\'s timestamp', () => {
-    const { journal, redelivery, produced, advance } = setup();
+    const { journal, replay, produced, advance } = setup();
     const a = batch('a', 3);
     const b = batch('b', 2);
     const ra = journal.append(a, 111);
     const rb = journal.append(b, 222);
-    redelivery.fail(failed(a, ra.id, 0, true));
-    redelivery.fail(failed(b, rb.id, 1));
-    redelivery.fail(failed(a, ra.id, 2));
-    redelivery.pass();
+    replay.fail(failed(a, ra.id, 0, true));
+    replay.fail(failed(b, rb.id, 1));
+    replay.fail(failed(a, ra.id, 2));
+    replay.pass();
     expect(produced).toEqual([]);
     advance(1_000);
-    redelivery.pass();
+    replay.pass();
     expect(produced).toEqual([
       { tag: ra.id, timestamp: 111, keys: ['a-0', 'a-2'] },
       { tag: rb.id, timestamp: 222, keys: ['b-1'] },
     ]);
-    expect(redelivery.counts).toEqual({ retried: 3, recovered: 0, possibleDuplicates: 1 });
-    expect(redelivery.backlog).toBe(0);
+    expect(replay.counts).toEqual({ retried: 3, recovered: 0, possibleDuplicates: 1 });
+    expect(replay.backlog).toBe(0);
   });
 
   it('waits longer after a retry Kafka took nothing of, up to 10 s, and not while Kafka is away', () => {
-    const { journal, sink, redelivery, produced, advance } = setup({ takes: 0 });
+    const { journal, sink, replay, produced, advance } = setup({ takes: 0 });
     const a = batch('a', 1);
     const r = journal.append(a, 1);
-    redelivery.fail(failed(a, r.id, 0));
+    replay.fail(failed(a, r.id, 0));
     const tries: number[] = [];
     let t = 0;
     for (let step = 0; step < 400; step++) {
       advance(100);
       t += 100;
       const before = produced.length;
-      redelivery.pass();
+      replay.pass();
       if (produced.length > before) tries.push(t);
     }
     const gaps = tries.slice(1).map((x, i) => x - tries[i]!);
@@ -87,23 +87,23 @@ describe('Redelivery', () => {
     sink.available = false;
     advance(60_000);
     const before = produced.length;
-    redelivery.pass();
+    replay.pass();
     expect(produced.length).toBe(before);
-    expect(redelivery.backlog).toBe(1);
+    expect(replay.backlog).toBe(1);
   });
 
   it('produces what an earlier process left while librdkafka\'s queue is under its share, and then stops', () => {
-    const dir = mkdtempSync(join(tmpdir(), 'redelivery-recovered-'));
-    const earlier = new Journal({ dir, slot: 0, slots: 1, maxBytes: 2 ** 30, sync: 'process' });
+    const dir = mkdtempSync(join(tmpdir(), 'replay-recovered-'));
+    const { journal: earlier } = openJournal({ dir, maxBytes: 2 ** 30, sync: 'process' });
     for (let i = 0; i < 8; i++) earlier.append(batch(`r${i}`, 4), 1_000 + i);
-    const { redelivery, produced, sink } = setup({ dir });
-    redelivery.pass();
+    const { replay, produced, sink } = setup({ dir });
+    replay.pass();
     // A share of 10 messages: three records of 4 are produced, then the queue is over it.
     expect(produced.map((p) => [p.keys[0], p.timestamp])).toEqual([['r0-0', 1_000], ['r1-0', 1_001], ['r2-0', 1_002]]);
     sink.queue = 0;
-    redelivery.pass();
+    replay.pass();
     expect(produced).toHaveLength(6);
-    expect(redelivery.counts.recovered).toBe(24);
-    expect(redelivery.counts.possibleDuplicates).toBe(24);
+    expect(replay.counts.recovered).toBe(24);
+    expect(replay.counts.possibleDuplicates).toBe(24);
   });
 });

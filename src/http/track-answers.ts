@@ -1,0 +1,72 @@
+// Every answer POST /track gives, in one module: the 202 and its body, the refusals of a request from
+// its headers or its body (400, 413, 415, with details), the refusals of the write-ahead path (500,
+// made once and kept), and the late failures of a request whose 202 waited (for the disk, or Kafka).
+// Statuses, codes and Retry-After come from the catalogue (api/errors.ts).
+import { errorAnswer, PRODUCER_REFUSALS, refusalMessage, type HttpStatus, type ProducerRefusal, type RefusalContext, type TrackRejection } from '../api/errors.js';
+import type { PointIssue } from '../track-point/schema.js';
+import type { LateFailure, Refusal } from '../write-ahead/acceptance.js';
+
+export interface TrackAnswer {
+  readonly status: HttpStatus;
+  /** JSON; made-once answers as bytes, ready for the socket. */
+  readonly body: string | Buffer;
+  /** Set on 500: the client should retry after this many seconds. */
+  readonly retryAfter?: number;
+  /** Points taken (202) or refused (with the reason), for the metrics. */
+  readonly points: number;
+  readonly reason?: TrackRejection;
+  /** Set on a refusal of the write-ahead path: why it took nothing (the waiting room reads it). */
+  readonly refusal?: ProducerRefusal;
+}
+
+/** The 202 answers of up to this many points are made at start-up and kept. */
+const ACCEPTED_KEPT = 1000;
+const acceptedOf = (count: number): TrackAnswer => Object.freeze({ status: 202, body: Buffer.from(`{"accepted":${count}}`, 'latin1'), points: count });
+const ACCEPTED: readonly TrackAnswer[] = Array.from({ length: ACCEPTED_KEPT + 1 }, (_, count) => acceptedOf(count));
+
+/** 202 {"accepted": count}. */
+export function accepted(count: number): TrackAnswer {
+  return count <= ACCEPTED_KEPT ? ACCEPTED[count]! : acceptedOf(count);
+}
+
+/** A refusal of the whole request: its status is the catalogue's for the code. */
+export function refuse(code: TrackRejection, message: string, points = 0, details?: readonly PointIssue[]): TrackAnswer {
+  const { status, body, retryAfter } = errorAnswer(code, message, details);
+  return retryAfter === undefined ? { status, body, points, reason: code } : { status, body, points, reason: code, retryAfter };
+}
+
+/**
+ * The answers that do not depend on the request, made once: under overload a worker refuses most
+ * requests, and making each answer anew (JSON.stringify, an object spread into a new shape, the body
+ * turned into UTF-8 by uWS) took a third of a refusal's CPU (a 100-point request refused: 11.3-12.0
+ * µs, 7.4-7.5 once made once; bench/HISTORY.md).
+ */
+export class TrackAnswers {
+  readonly unsupportedType = refuse('unsupported_media_type', 'Content-Type must be application/json');
+  readonly unsupportedEncoding = refuse('unsupported_media_type', 'Content-Encoding must be gzip or identity');
+  readonly tooLarge: TrackAnswer;
+  /** The 500 of each refusal of the write-ahead path; frozen: one object answers every request refused for it. */
+  readonly refusals: Readonly<Record<ProducerRefusal, TrackAnswer>>;
+
+  constructor(context: RefusalContext & { maxBodyBytes: number }) {
+    this.tooLarge = refuse('payload_too_large', `body is larger than ${context.maxBodyBytes} bytes (MAX_BODY_BYTES)`);
+    const refusals: Partial<Record<ProducerRefusal, TrackAnswer>> = {};
+    for (const refusal of PRODUCER_REFUSALS) {
+      const { status, body, retryAfter } = errorAnswer(refusal, refusalMessage(refusal, context));
+      refusals[refusal] = Object.freeze({ status, body: Buffer.from(body, 'utf8'), points: 0, reason: refusal, retryAfter, refusal });
+    }
+    this.refusals = refusals as Record<ProducerRefusal, TrackAnswer>;
+  }
+
+  /** Nothing of a request of `points` points was taken; `largestValue`: its largest message, for a 413. */
+  refused(refusal: Refusal, points: number, largestValue: number): TrackAnswer {
+    if (refusal === 'message_too_large') return refuse('payload_too_large', `a track point encodes to ${largestValue} bytes, above the Kafka message size limit`, points);
+    const answer = this.refusals[refusal];
+    return points === 0 ? answer : { ...answer, points };
+  }
+
+  /** A request taken whose 202 waited, and failed. */
+  late(failure: LateFailure, points: number): TrackAnswer {
+    return refuse(failure.code, failure.message, points);
+  }
+}
