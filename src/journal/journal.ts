@@ -21,12 +21,9 @@
 // through files.ts.
 //
 // Writes are synchronous: a record is in the OS before the request is answered, whatever the event
-// loop does next, and the order of records is the order of requests. In JOURNAL_SYNC=process mode, on
-// a file system that keeps allocated blocks allocated (native.ts), a segment file is allocated whole
-// and mapped into memory when it is opened, and a record is copied into the mapping: the page cache
-// is the file, so the record outlives the process just as a written one does, for a copy instead of
-// a system call. A spare keeps its mapping for its next use. Where the disk cannot give a whole
-// segment (nearly full), or elsewhere, records are written with pwritev.
+// loop does next, and the order of records is the order of requests: copied into a mapped segment in
+// JOURNAL_SYNC=process mode where the file system allows, written with pwritev elsewhere
+// (segment-file.ts says why and when).
 //
 // What the disk refuses: a write refused for room (ENOSPC) keeps nothing of the record (the file is
 // cut back) and the journal takes records again once the disk has room (writable()). Any other failed
@@ -36,10 +33,9 @@
 import { diskFiles, type JournalFiles } from './files.js';
 import { GroupCommit, type CommitDone } from './group-commit.js';
 import { isNoRoom, JournalError } from './journal-error.js';
-import { decodeLegacyMarks, isLegacySegment, legacyRecordBytes, readSpillFile, scanLegacySegment } from './legacy.js';
-import { decodeMarks, encodeMarks } from './marks.js';
-import { encodeHead, readHeader, RECORD_HEADER_BYTES, recordBytes, scanSegment, type JournalBatch, type JournalRecord, type SegmentItem } from './record.js';
-import { findSlotFiles, makeDurableDir, marksFilesOf, marksPath, segmentPath, SeqReservation, Spares, unlinkIfThere, type FoundFiles } from './slot-files.js';
+import { encodeHead, recordBytes, type JournalBatch, type JournalRecord } from './record.js';
+import { appendMarks, closeSegment, countRecords, newSegment, readLeftRecords, readMarks, retireSegment, startSegmentFile, writeRecordAt, type Segment } from './segment-file.js';
+import { findSlotFiles, makeDurableDir, segmentPath, SeqReservation, Spares, type FoundFiles } from './slot-files.js';
 import type { SlotClaim } from './slot-lock.js';
 
 /** A segment takes no more records past this size (a larger record still gets a segment of its own). */
@@ -77,34 +73,6 @@ export interface JournalOptions {
   files?: JournalFiles;
   /** A segment's size (SEGMENT_MAX_BYTES): the power-cut tests make it small, to roll segments over often. */
   segmentBytes?: number;
-}
-
-interface Segment {
-  readonly seq: number;
-  readonly slot: number;
-  readonly path: string;
-  /** Open for appending (the active segment), or null. */
-  fd: number | null;
-  /** The file mapped, allocated up to `capacity` (see above), or null: written with pwritev. */
-  map: Uint8Array | null;
-  /** Bytes of records it takes (a larger record gets a segment of its own). */
-  readonly capacity: number;
-  bytes: number;
-  /** Records in it (recovered: read so far), and of those, done. */
-  records: number;
-  done: number;
-  /** Takes no more records: rolled over, or recovered and read to its end. */
-  sealed: boolean;
-  /** Left by an earlier process: read, never written. Once done it is deleted, never kept as a spare (slot-files.ts says why). */
-  readonly recovered: boolean;
-  /** An earlier version's spill file, read in place: no marks, deleted once done. */
-  readonly spill: boolean;
-  /** Indexes marked done: written to .done at the next flushMarks(). */
-  marks: number[];
-  /** The .done file, open for appending once a mark was written (opening it every poll cost 4.9 µs a request). */
-  marksFd: number | null;
-  /** Recovered: indexes already marked done by an earlier process. */
-  readonly doneBefore: ReadonlySet<number>;
 }
 
 /** A record Kafka has not yet acknowledged all points of. */
@@ -275,9 +243,7 @@ export class Journal {
   private writeAt(segment: Segment, parts: Uint8Array[], bytes: number): void {
     try {
       // At its place in the file: a spare file is written over from its start.
-      let written = this.files.writeAt(segment.fd!, parts, segment.bytes);
-      // writev may write part of it (a disk nearly full): the rest, or the error that says why.
-      while (written < bytes) written += writeRest(this.files, segment.fd!, parts, written, segment.bytes);
+      writeRecordAt(this.files, segment.fd!, parts, bytes, segment.bytes);
     } catch (err) {
       this.writeFailed(segment, bytes, err);
     }
@@ -319,25 +285,12 @@ export class Journal {
     }
     const path = segmentPath(this.dir, this.slot, seq);
     const capacity = Math.max(this.segmentBytes, bytes);
-    const spare = this.spares.take();
     let fd: number;
-    let map: Uint8Array | null = null;
+    let map: Uint8Array | null;
     try {
-      if (spare === undefined) fd = this.files.create(path);
-      else {
-        this.files.rename(spare.path, path);
-        fd = this.files.openWrite(path);
-        if (spare.map !== null && spare.map.byteLength >= capacity) map = spare.map;
-        else if (spare.map !== null) this.files.unmap(spare.map);
-      }
+      ({ fd, map } = startSegmentFile(this.files, path, this.spares.take(), capacity, this.mappedOn !== null));
     } catch (err) {
-      throw this.refused(new JournalError(`cannot create the journal file ${path}: ${(err as Error).message}`, { cause: err, full: isNoRoom(err) }));
-    }
-    if (map === null && this.mappedOn !== null) {
-      map = this.files.map(fd, capacity);
-      // The disk could not give the whole segment: what a failed allocation took goes back (a new
-      // file's blocks), and its records are written one by one until the disk refuses one.
-      if (map === null && spare === undefined) ftruncateQuietly(this.files, fd);
+      throw this.refused(err as JournalError);
     }
     const segment = newSegment(seq, this.slot, path, { capacity: map === null ? Math.max(this.segmentMaxBytes, bytes) : capacity, bytes: 0 });
     segment.fd = fd;
@@ -417,45 +370,18 @@ export class Journal {
         segment.marks = []; // a spill file has no marks: produced again after a crash, a duplicate
         continue;
       }
-      const marks = encodeMarks(segment.seq, segment.marks);
-      segment.marks = [];
-      try {
-        segment.marksFd ??= this.files.openAppend(marksPath(segment.path));
-        this.files.append(segment.marksFd, marks);
-      } catch {
-        /* a duplicate after a restart, as said */
-      }
+      appendMarks(this.files, segment);
     }
   }
 
   /**
-   * A segment sealed and all done goes: kept as a spare to be written over (if this process wrote it
-   * and the spares are not all there), or deleted; then its marks. The segment first: its marks
-   * without it are deleted at the next open, while it without its marks would come back whole.
+   * A segment sealed and all done goes: kept as a spare to be written over (if this process wrote it,
+   * the disk writes, and the spares are not all there), or deleted (segment-file.ts, retireSegment).
    */
   private deleteIfDone(segment: Segment): void {
     if (!segment.sealed || segment.done < segment.records) return;
-    if (segment.fd !== null) this.files.close(segment.fd);
-    segment.fd = null;
-    closeMarks(this.files, segment);
-    const map = segment.map;
-    segment.map = null;
-    const kept = !segment.recovered && segment.slot === this.slot && this.noRoom === null && this.failure === null && this.spares.keep(segment.path, map);
-    try {
-      if (!kept) {
-        unlinkIfThere(this.files, segment.path);
-        if (map !== null) this.files.unmap(map);
-      }
-      if (!segment.spill) {
-        const marks = marksFilesOf(segment.path);
-        unlinkIfThere(this.files, marks.done);
-        if (segment.recovered) unlinkIfThere(this.files, marks.legacy);
-      }
-    } catch {
-      // A file the disk would not delete: it is read again at the next start, its records marked done
-      // (or, should its marks be gone already, produced again: duplicates, never a loss).
-    }
-    segment.marks = [];
+    const spares = !segment.recovered && segment.slot === this.slot && this.noRoom === null && this.failure === null ? this.spares : null;
+    retireSegment(this.files, segment, spares);
     this.heldBytes -= segment.bytes;
     this.segments.splice(this.segments.indexOf(segment), 1);
   }
@@ -492,39 +418,18 @@ export class Journal {
     return out;
   }
 
-  /** A recovered segment's records not marked done; the segment is read whole (at most 16 MiB usually). */
+  /** A recovered segment's records not marked done (segment-file.ts, readLeftRecords); a segment of none goes at once. */
   private readSegment(segment: Segment): { segment: Segment; index: number; record: JournalRecord }[] {
-    let buf: Buffer;
+    let records;
     try {
-      buf = this.files.readFile(segment.path);
+      records = readLeftRecords(this.files, segment, (at, n, what) => this.damaged(segment.path, at, n, what));
     } catch (err) {
-      const error = new JournalError(`cannot read the journal file ${segment.path}: ${(err as Error).message}`, { cause: err });
-      this.fail(error);
-      throw error;
+      this.fail(err as JournalError);
+      throw err;
     }
-    const records: { segment: Segment; index: number; record: JournalRecord }[] = [];
-    let count = 0;
-    if (segment.spill) {
-      segment.bytes = buf.byteLength;
-      this.heldBytes += buf.byteLength;
-    }
-    const items: Iterable<SegmentItem> = segment.spill ? readSpillFile(buf) : scanAnySegment(buf, segment.seq);
-    for (const item of items) {
-      if (item.kind === 'damaged') {
-        this.damaged(segment.path, item.at, item.records, item.what);
-        count += item.records;
-        continue;
-      }
-      count = item.index + 1;
-      if (!segment.doneBefore.has(item.index)) records.push({ segment, index: item.index, record: item.record });
-    }
-    // The records not produced again (done before, or damaged) count as done already: the segment
-    // goes once the others are.
-    segment.records = count;
-    segment.done = count - records.length;
-    segment.sealed = true;
+    if (segment.spill) this.heldBytes += segment.bytes;
     if (records.length === 0) this.deleteIfDone(segment);
-    return records;
+    return records.map((r) => ({ segment, ...r }));
   }
 
   private damaged(file: string, at: number, records: number, what: string): void {
@@ -583,121 +488,7 @@ export class Journal {
     // Disk mode: what waits for a commit is synced and answered before the files close.
     this.commits?.close();
     this.flushMarks();
-    for (const segment of this.segments) {
-      closeMarks(this.files, segment);
-      if (segment.fd === null) continue;
-      this.files.close(segment.fd);
-      segment.fd = null;
-    }
-    // What was copied into a mapping is in the page cache: unmapping loses nothing.
-    for (const segment of this.segments) {
-      if (segment.map !== null) this.files.unmap(segment.map);
-      segment.map = null;
-    }
+    for (const segment of this.segments) closeSegment(this.files, segment);
     this.spares.close();
-  }
-}
-
-/**
- * The items of a segment file of this version, or of an earlier one's (legacy.ts): one that starts
- * with an earlier version's magic and holds no record of this version's (a byte flipped in the first
- * record's magic does not make a segment of this version an earlier one's).
- */
-function scanAnySegment(buf: Buffer, seq: number): SegmentItem[] {
-  const items = [...scanSegment(buf, seq)];
-  if (isLegacySegment(buf) && !items.some((item) => item.kind === 'record')) return [...scanLegacySegment(buf, seq)];
-  return items;
-}
-
-function newSegment(
-  seq: number,
-  slot: number,
-  path: string,
-  o: { capacity: number; bytes: number; recovered?: boolean; spill?: boolean; doneBefore?: ReadonlySet<number> },
-): Segment {
-  return {
-    seq, slot, path, fd: null, map: null, capacity: o.capacity, bytes: o.bytes, records: 0, done: 0, sealed: false,
-    recovered: o.recovered ?? false, spill: o.spill ?? false, marks: [], marksFd: null, doneBefore: o.doneBefore ?? new Set(),
-  };
-}
-
-/**
- * The records of a segment file and their bytes, by their headers alone: an estimate for the metrics
- * and the limit until the file is read (a damaged header stops the count; reading then goes on past it).
- */
-function countRecords(files: JournalFiles, path: string, seq: number): { records: number; bytes: number } {
-  let fd: number;
-  try {
-    fd = files.openRead(path);
-  } catch {
-    return { records: 0, bytes: 0 };
-  }
-  try {
-    const size = files.size(fd);
-    const header = Buffer.alloc(RECORD_HEADER_BYTES);
-    let at = 0;
-    let count = 0;
-    try {
-      while (at + RECORD_HEADER_BYTES <= size && files.read(fd, header, at) === RECORD_HEADER_BYTES) {
-        const bytes = readHeader(header, 0)?.bytes ?? legacyRecordBytes(header, seq);
-        if (bytes === null || at + bytes > size) break;
-        at += bytes;
-        count++;
-      }
-    } catch {
-      /* a read the disk failed: an estimate still; reading the segment says the rest */
-    }
-    return { records: count, bytes: at };
-  } finally {
-    files.close(fd);
-  }
-}
-
-function closeMarks(files: JournalFiles, segment: Segment): void {
-  if (segment.marksFd === null) return;
-  try {
-    files.close(segment.marksFd);
-  } catch {
-    /* a mark file that cannot be closed: it goes with the segment */
-  }
-  segment.marksFd = null;
-}
-
-/** The records of segment `seq` (file `walPath`) marked done: its .done file, and an earlier version's .acks. */
-function readMarks(files: JournalFiles, walPath: string, seq: number): Set<number> {
-  const read = (path: string): Buffer | null => {
-    try {
-      return files.readFile(path);
-    } catch {
-      return null;
-    }
-  };
-  const paths = marksFilesOf(walPath);
-  const done = decodeMarks(read(paths.done) ?? Buffer.alloc(0), seq);
-  const legacy = read(paths.legacy);
-  if (legacy !== null) for (const index of decodeLegacyMarks(legacy)) done.add(index);
-  return done;
-}
-
-/** Writes what is left of a record after `written` bytes of it (a short writev), the record at `position`. */
-function writeRest(files: JournalFiles, fd: number, parts: Uint8Array[], written: number, position: number): number {
-  let skip = written;
-  const rest: Uint8Array[] = [];
-  for (const p of parts) {
-    if (skip >= p.byteLength) {
-      skip -= p.byteLength;
-      continue;
-    }
-    rest.push(skip === 0 ? p : p.subarray(skip));
-    skip = 0;
-  }
-  return files.writeAt(fd, rest, position + written);
-}
-
-function ftruncateQuietly(files: JournalFiles, fd: number): void {
-  try {
-    files.truncate(fd, 0);
-  } catch {
-    /* the space stays taken until the file is reused or deleted */
   }
 }
