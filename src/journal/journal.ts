@@ -169,6 +169,7 @@ export class Journal {
       // A mapped segment's file is longer than its records: the records' bytes are what the limit counts.
       const { records, bytes } = countRecords(files, f.path, f.seq);
       const segment = newSegment(f.seq, f.slot, f.path, { capacity: bytes, bytes, recovered: true, doneBefore: readMarks(files, f.path, f.seq) });
+      segment.records = records;
       this.segments.push(segment);
       this.toRecover.push(segment);
       this.heldBytes += bytes;
@@ -420,6 +421,8 @@ export class Journal {
 
   /** A recovered segment's records not marked done (segment-file.ts, readLeftRecords); a segment of none goes at once. */
   private readSegment(segment: Segment): { segment: Segment; index: number; record: JournalRecord }[] {
+    // What the count of its headers at open said it holds, put right now that it is read.
+    const counted = Math.max(0, segment.records - segment.doneBefore.size);
     let records;
     try {
       records = readLeftRecords(this.files, segment, (at, n, what) => this.damaged(segment.path, at, n, what));
@@ -428,6 +431,7 @@ export class Journal {
       throw err;
     }
     if (segment.spill) this.heldBytes += segment.bytes;
+    this.recoveredLeft = Math.max(0, this.recoveredLeft + records.length - counted);
     if (records.length === 0) this.deleteIfDone(segment);
     return records.map((r) => ({ segment, ...r }));
   }

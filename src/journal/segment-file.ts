@@ -28,7 +28,7 @@ export interface Segment {
   /** Bytes of records it takes (a larger record gets a segment of its own). */
   readonly capacity: number;
   bytes: number;
-  /** Records in it (recovered: read so far), and of those, done. */
+  /** Records in it (recovered: as its headers counted them at open, then as read), and of those, done. */
   records: number;
   done: number;
   /** Takes no more records: rolled over, or recovered and read to its end. */
@@ -182,7 +182,9 @@ export function countRecords(files: JournalFiles, path: string, seq: number): { 
     const size = files.size(fd);
     const header = Buffer.alloc(RECORD_HEADER_BYTES);
     while (at + RECORD_HEADER_BYTES <= size && files.read(fd, header, at) === RECORD_HEADER_BYTES) {
-      const bytes = readHeader(header, 0)?.bytes ?? legacyRecordBytes(header, seq);
+      // Records of this segment in a row: a spare's earlier records (another number) are not counted.
+      const h = readHeader(header, 0);
+      const bytes = h === null ? legacyRecordBytes(header, seq) : h.segment === seq && h.index === count ? h.bytes : null;
       if (bytes === null || at + bytes > size) break;
       at += bytes;
       count++;

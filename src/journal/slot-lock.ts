@@ -13,8 +13,9 @@
 // file holds a line naming its holder, for the message of whoever finds it held.
 //
 // A slot whose lock is held while the service lock is free belongs to a worker of an earlier service
-// still draining (its primary was killed, and it finishes its requests before it exits): the new
-// worker of that slot waits for it, up to SHUTDOWN_TIMEOUT_MS and a margin.
+// that outlived its primary: Node's cluster ends a worker as soon as it sees its primary gone, but a
+// worker stopped or busy at that moment holds its slot until it sees it. The new worker of that slot
+// waits for it, up to SHUTDOWN_TIMEOUT_MS and a margin, then stops with JOURNAL_IN_USE.
 import { join } from 'node:path';
 import type { JournalFiles } from './files.js';
 import { makeDurableDir, slotsWithFiles } from './slot-files.js';

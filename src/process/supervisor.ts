@@ -52,6 +52,8 @@ export interface RuntimeSummary {
 
 export function runPrimary(config: Config, runtime: RuntimeSummary): void {
   const log = createLogger(config.logLevel, { role: 'primary' });
+  // What ps shows, and what the lock file says of its holder to a second service given the same directory.
+  process.title = 'track-ingest primary';
   holdJournalDir(config.journalDir);
   const metrics = createPrimaryMetrics();
 

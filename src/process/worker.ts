@@ -129,8 +129,10 @@ export async function runWorker(config: Config): Promise<void> {
   process.on('message', (m: unknown) => {
     if (isPrimaryMessage(m) && m.type === 'ingest:shutdown') shutdown('primary asked');
   });
-  // The primary is gone (killed with SIGKILL): do not linger as an orphan holding the port.
-  process.on('disconnect', () => shutdown('primary disconnected'));
+  // The primary gone (killed with SIGKILL): Node's cluster ends the worker as soon as it sees its
+  // channel close (lib/internal/cluster/child.js, process.exit at once), before any handler of ours;
+  // what Kafka had not acknowledged stays in the journal. A worker that cannot see it yet (stopped,
+  // or busy) holds its slot meanwhile, and the next service's worker of that slot waits for it.
 
   // Listen once the producer can take points: with SO_REUSEPORT the kernel sends a listening worker
   // its share of new connections, and a worker that is still connecting could only answer them 500

@@ -64,11 +64,13 @@ export interface StartOptions {
    * workers, can then be killed at once (`process.kill(-pid, 'SIGKILL')`), as a crashed pod is.
    */
   ownProcessGroup?: boolean;
+  /** Node options before the service's entry (e.g. `--import` of a test fixture); the workers are forked with them too. */
+  nodeArgs?: string[];
 }
 
 export async function startService(env: Record<string, string>, opts: StartOptions = {}): Promise<Service> {
   const port = env.LISTEN_ADDR === undefined ? await freePort() : Number(env.LISTEN_ADDR.split(':').pop());
-  const proc = spawn(process.execPath, [MAIN], {
+  const proc = spawn(process.execPath, [...(opts.nodeArgs ?? []), MAIN], {
     // A journal directory of its own unless the test gives one (to restart a service on the same journal).
     env: { ...process.env, MQ_BROKERS: BROKERS, LISTEN_ADDR: `127.0.0.1:${port}`, WORKERS: '1', LOG_LEVEL: 'info', JOURNAL_DIR: journalDir(), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -237,8 +237,26 @@ describe('Journal', () => {
     second.append(batch('next-b', 1), 4);
     expect(readdirSync(d).filter((n) => n.endsWith('.spare'))).toEqual([]);
     const { journal, corrupt } = open(d);
+    // Counted at open without the old use's records (the metrics, and what the limit holds).
+    expect([journal.records, journal.bytes]).toEqual([2, recordBytes(batch('next-a', 1)) + recordBytes(batch('next-b', 1))]);
     expect(recovered(journal).map((r) => r.keys[0])).toEqual(['next-a-0', 'next-b-0']);
     expect([journal.damagedRecords, corrupt]).toEqual([0, []]);
+  });
+
+  it('counts at open only the records of a segment\'s own number, not those of the spare it was written over (the metrics and the limit)', () => {
+    const d = dir();
+    const first = open(d).journal;
+    // Two records of 0.6 MB, acknowledged: the segment, done and over 1 MiB, is kept as a spare.
+    const old = batch('old', 6000);
+    for (const r of [first.append(old, 1), first.append(old, 1)]) first.acknowledged(r.id, old.count);
+    // The same process writes one record of the same size over it (the old second record stays whole
+    // after it), then crashes.
+    first.append(batch('new', 6000), 2);
+    expect(readdirSync(d).filter((n) => n.endsWith('.spare'))).toEqual([]);
+    const { journal } = open(d);
+    expect([journal.records, journal.bytes]).toEqual([1, recordBytes(old)]);
+    expect(recovered(journal).map((r) => r.keys[0])).toEqual(['new-0']);
+    expect(journal.records).toBe(1); // in flight now, until Kafka has it
   });
 
   it('has slot 0 take the files of slots that no longer exist (fewer WORKERS), and no other slot', () => {
