@@ -22,7 +22,8 @@ if [[ -f $stamp && $(sed -n 1p "$stamp") == "$deps" && -f node_modules/node-rdka
   fi
   exit 0
 fi
-if [[ -f $stamp ]]; then why="$(sed -n 1p "$stamp") → $deps"; else why="first install"; fi
+previous=$([[ -f $stamp ]] && sed -n 1p "$stamp" || true)
+why="${previous:-no install stamp} → $deps"
 echo "install.sh: npm ci ($why; node-rdkafka builds librdkafka: about 2 minutes)"
 npm ci --no-audit --no-fund
 printf '%s\n%s\n' "$deps" "$addon" >"$stamp"

@@ -48,7 +48,7 @@ export function producerSettings(config: Config, clientId: string): ProducerSett
 function serviceProperties(config: Config, clientId: string): Properties {
   // librdkafka's own queue limits sit above our high-water mark, which admission holds against its own
   // count (rd_kafka_outq_len): the headroom, half the mark plus one maximal request, is for what is
-  // produced again (redelivery.ts) beside new requests. Should librdkafka still refuse messages (its
+  // produced again (write-ahead/replay.ts) beside new requests. Should librdkafka still refuse messages (its
   // byte limit), the request is in the journal already and they are produced again later. Its byte
   // count includes keys.
   const maxKeyBytes = CONTAINER_ID_MAX_LENGTH * 3;

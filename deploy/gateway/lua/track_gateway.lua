@@ -1,7 +1,7 @@
 -- The gateway's own logic (nginx.conf.template): who the client is, the rate limit shared through
 -- Redis, and the gateway's refusals in the service's error shape {"error": code, "message": text}.
 --
--- Every code answered here is in the service's error catalogue (src/errors.ts), with the same status
+-- Every code answered here is in the service's error catalogue (src/api/errors.ts), with the same status
 -- and Retry-After; a test holds this file to it.
 --
 -- Who the client is (GATEWAY_API_KEYS). `required`: every request carries an X-Api-Key that was
