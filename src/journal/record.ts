@@ -145,7 +145,7 @@ export function* scanSegment(buf: Buffer, seq: number): Generator<SegmentItem> {
       continue;
     }
     if (gapAt < 0) gapAt = at;
-    if (h === null) suspects += damagedHeadersAt(buf, at, seq, due + suspects, Math.floor((at - gapAt) / RECORD_HEADER_BYTES));
+    if (h === null) suspects += damagedHeadersAt(buf, at, seq, due + suspects, Math.floor((at - gapAt) / RECORD_HEADER_BYTES), suspects === 0 && at > gapAt);
     // The next place a header may start: a magic, whole or with one of its bytes damaged (its first
     // half "TI" or its second half "J3" is whole then).
     const byFirstHalf = buf.indexOf(MAGIC_FIRST_HALF, at + 1);
@@ -161,14 +161,16 @@ export function* scanSegment(buf: Buffer, seq: number): Generator<SegmentItem> {
  * lost: 0 when they do not look like a damaged header of this segment. A damaged header keeps two of
  * its magic, this segment's number and an index the bytes since the last whole record could reach (the
  * index `due`, or up to `roomFor` past it: as many headers as those bytes could hold), and is not
- * zeros; it then counts for the records up to its index. A header cut short by the file's end counts
- * by its magic alone, as one.
+ * zeros; it then counts for the records up to its index. The first one found past the place where
+ * the record due was to start (`pastGap`) counts that record too: records of a segment follow one
+ * another, so one was there. A header cut short by the file's end counts by its magic alone.
  */
-function damagedHeadersAt(buf: Buffer, at: number, seq: number, due: number, roomFor: number): number {
+function damagedHeadersAt(buf: Buffer, at: number, seq: number, due: number, roomFor: number, pastGap: boolean): number {
   const left = Math.min(buf.byteLength - at, RECORD_HEADER_BYTES);
   if (left < 4) return 0;
   const magic = buf.readUInt32LE(at) === RECORD_MAGIC;
-  if (left < AT.index + 4) return Number(magic);
+  const atLeast = pastGap ? 2 : 1;
+  if (left < AT.index + 4) return magic ? atLeast : 0;
   let zeros = true;
   for (let i = 0; i < left && zeros; i++) zeros = buf[at + i] === 0;
   if (zeros) return 0;
@@ -176,5 +178,5 @@ function damagedHeadersAt(buf: Buffer, at: number, seq: number, due: number, roo
   const index = buf.readUInt32LE(at + AT.index);
   const reachable = index >= due && index - due <= roomFor;
   if (Number(magic) + Number(segment) + Number(reachable) < 2) return 0;
-  return reachable ? index - due + 1 : 1;
+  return Math.max(atLeast, reachable ? index - due + 1 : 1);
 }
