@@ -142,8 +142,10 @@ export class WriteAhead implements PointSink {
     try {
       record = this.journal.append(batch, timestamp);
     } catch (err) {
+      // Failed for good: the journal said so once (onFailure), and the worker restarts.
+      if (this.journal.failure !== null) return 'journal_failed';
       this.journalErrors.report({ err });
-      return this.journal.failure === null ? 'journal_full' : 'journal_failed';
+      return 'journal_full';
     }
     const taken = this.producer.produce(batch, record.id, timestamp);
     if (taken < count) this.replay.keepUnproduced(record.id, batch, taken);
