@@ -1,6 +1,8 @@
 // Every environment variable the service reads, its default and its rule, in one place.
 // Parsed once at start-up; a bad value stops the process (exit 2) with a message naming the variable.
-// The README's configuration table mirrors DEFAULTS and the descriptions below.
+// The README's configuration table mirrors DEFAULTS and the descriptions below. What `auto` means
+// for WORKERS (the CPUs this process may use) and WORKER_MALLOC (jemalloc when installed) is resolved
+// here too, at the end of the file, so that the process model forks with settled values.
 import { existsSync, readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { z } from 'zod';

@@ -8,7 +8,9 @@
 // (docs/performance.md, "Memory allocator").
 //
 // Only the workers are started with LD_PRELOAD: the dynamic loader reads it when a process starts,
-// and the primary, which allocates little, is already running.
+// and the primary, which allocates little, is already running. Which allocator WORKER_MALLOC means
+// here (is jemalloc installed, did the operator preload one) is resolved with the rest of the
+// configuration (config.ts, workerMalloc); this module forks with it and reports it.
 import { readFileSync } from 'node:fs';
 import type { WorkerMalloc } from '../config.js';
 
