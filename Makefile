@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help install build run gateway test test-faults test-image test-node24 test-node22-smoke test-unit fuzz broker broker-stop cluster cluster-stop consume openapi bench bench-floor bench-cpu bench-node24 bench-journal bench-gateway bench-replay clean
+.PHONY: help install build run gateway test test-faults test-image test-node24 test-node22-smoke test-unit fuzz broker broker-stop cluster cluster-stop consume refused openapi bench bench-floor bench-cpu bench-node24 bench-journal bench-gateway bench-replay clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -51,6 +51,9 @@ cluster-stop: ## stop the 3-broker cluster
 
 consume: ## print what the topic holds (key, partition, value)
 	@scripts/kafka.sh consume $(MQ_TOPIC)
+
+refused: build ## the last requests refused for their content, from MQ_REFUSED_TOPIC, as a table (REFUSED_LAST=20)
+	@node dist/scripts/refused.js
 
 # The benchmarks measure the service on the malloc of its image (jemalloc, WORKER_MALLOC=auto).
 JEMALLOC := /usr/lib/x86_64-linux-gnu/libjemalloc.so.2:libjemalloc2

@@ -1,6 +1,16 @@
 #!/usr/bin/env bash
 # `make run`: the service in the foreground, against MQ_BROKERS or the local broker (see with-broker.sh).
+# On the local broker, MQ_REFUSED_TOPIC (when set) is created first, like the points' topic.
 # Ctrl-C: the service drains and flushes, then the broker is stopped if it was started for this run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-exec scripts/with-broker.sh bash -c 'echo "run.sh: service on ${LISTEN_ADDR:-:8080}, Kafka at $MQ_BROKERS, topic ${MQ_TOPIC:-container.telemetry}, journal in ${JOURNAL_DIR:-journal}/ (Ctrl-C stops)"; exec node dist/src/main.js'
+RUN_ON_LOCAL_BROKER=$([[ -z ${MQ_BROKERS:-} ]] && echo 1 || echo 0)
+export RUN_ON_LOCAL_BROKER
+exec scripts/with-broker.sh bash -c '
+  refused=${MQ_REFUSED_TOPIC:-off}
+  if [[ $RUN_ON_LOCAL_BROKER == 1 && $refused != off ]]; then
+    scripts/kafka.sh topic "$refused" 6 >/dev/null
+    echo "run.sh: refused requests kept on topic $refused (make refused prints the last ones)"
+  fi
+  echo "run.sh: service on ${LISTEN_ADDR:-:8080}, Kafka at $MQ_BROKERS, topic ${MQ_TOPIC:-container.telemetry}, journal in ${JOURNAL_DIR:-journal}/ (Ctrl-C stops)"
+  exec node dist/src/main.js'

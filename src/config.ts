@@ -31,6 +31,10 @@ export const DEFAULTS = {
   LOG_LEVEL: 'info',
   WORKER_MALLOC: 'auto',
   WORKER_GC: 'single-threaded',
+  MQ_REFUSED_TOPIC: 'off',
+  MQ_REFUSED_RATE: '50',
+  MQ_REFUSED_MAX_BYTES: '65536',
+  TRUST_GATEWAY_HEADERS: '0',
 } as const;
 
 
@@ -94,6 +98,23 @@ export interface Config {
   workerGc: WorkerGc;
   /** librdkafka properties given through MQ_OPT_*, already translated to their dotted names. */
   producerOptions: Readonly<Record<string, string>>;
+  /** Where requests refused for their content are kept for operators (MQ_REFUSED_TOPIC), or null: not kept. */
+  refused: RefusedTopic | null;
+  /**
+   * The requests come through the reference gateway: the client's address is the last one of
+   * X-Forwarded-For (the address the gateway saw) and X-Api-Key-Name names the client's API key.
+   * Off, both headers are ignored (a client could send them itself).
+   */
+  trustGatewayHeaders: boolean;
+}
+
+/** The refused-requests topic (refused/refused-requests.ts): a dead-letter topic for bodies that were refused. */
+export interface RefusedTopic {
+  topic: string;
+  /** Refused requests written per second and worker at most; more are counted, not written. */
+  ratePerSecond: number;
+  /** A refused body is kept up to this many bytes (after gunzip); the message says when it was cut. */
+  maxBytes: number;
 }
 
 export class ConfigError extends Error {
@@ -164,6 +185,10 @@ const EnvSchema = z.object({
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
   WORKER_MALLOC: z.enum(['auto', 'jemalloc', 'system']),
   WORKER_GC: z.enum(['single-threaded', 'parallel']),
+  MQ_REFUSED_TOPIC: z.union([z.literal('off'), topicName]),
+  MQ_REFUSED_RATE: wholeNumber(1, 100_000),
+  MQ_REFUSED_MAX_BYTES: wholeNumber(0, 100 * 1024 * 1024),
+  TRUST_GATEWAY_HEADERS: z.enum(['0', '1'], { error: 'must be 0 or 1' }).transform((v) => v === '1'),
 });
 
 /** Reads the configuration from an environment (process.env by default). Throws ConfigError. */
@@ -210,7 +235,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     workerMalloc: resolveWorkerMalloc(e.WORKER_MALLOC, env),
     workerGc: e.WORKER_GC,
     producerOptions: Object.freeze(producerOptionsFrom(env)),
+    refused: e.MQ_REFUSED_TOPIC === 'off' ? null : Object.freeze({ topic: e.MQ_REFUSED_TOPIC, ratePerSecond: e.MQ_REFUSED_RATE, maxBytes: e.MQ_REFUSED_MAX_BYTES }),
+    trustGatewayHeaders: e.TRUST_GATEWAY_HEADERS,
   };
+  if (config.refused !== null && config.refused.topic === config.topic) {
+    throw new ConfigError('MQ_REFUSED_TOPIC', `must not be MQ_TOPIC (${config.topic}): refused bodies are not track points`);
+  }
   if (config.queueMaxPoints < config.maxPoints) {
     throw new ConfigError('PRODUCER_QUEUE_MAX_POINTS', `must be at least MAX_POINTS (${config.maxPoints}), or no full request could ever be accepted`);
   }

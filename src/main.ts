@@ -8,14 +8,17 @@ import cluster from 'node:cluster';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { EXIT } from './process/exit-codes.js';
 import { currentRuntime, UwsUnavailable, uwsBuild } from './http/uws.js';
-import { producerSettings } from './kafka/settings.js';
+import { producerSettings, refusedProducerSettings } from './kafka/settings.js';
 import { runPrimary } from './process/supervisor.js';
 import { runWorker } from './process/worker.js';
 
 let config: Readonly<Config>;
 try {
   config = loadConfig();
-  if (cluster.isPrimary) producerSettings(config, 'configuration-check');
+  if (cluster.isPrimary) {
+    producerSettings(config, 'configuration-check');
+    if (config.refused !== null) refusedProducerSettings(config, 'configuration-check', config.refused);
+  }
 } catch (err) {
   if (!(err instanceof ConfigError)) throw err;
   process.stderr.write(`configuration error: ${err.message}\n`);

@@ -59,6 +59,8 @@ export interface ConsumedMessage {
   partition: number;
   offset: number;
   timestamp: number;
+  /** The message's headers, each value as text (a name given twice: the last). */
+  headers: Record<string, string>;
 }
 
 /**
@@ -92,6 +94,7 @@ export async function consumeAll(
           partition: m.partition,
           offset: m.offset,
           timestamp: m.timestamp ?? 0,
+          headers: Object.fromEntries((m.headers ?? []).flatMap((h) => Object.entries(h).map(([k, v]) => [k, v.toString()]))),
         });
       }
       if (batch.length > 0) lastNew = Date.now();

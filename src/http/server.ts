@@ -11,7 +11,8 @@ import type { WorkerMetrics } from '../metrics/metrics.js';
 import { GET_PATHS, TRACK_PATH, type GetPath } from '../api/routes.js';
 import type { PointSink } from '../write-ahead/acceptance.js';
 import type { TrackAnswer } from './track-answers.js';
-import { TrackHandler, type TrackExchange } from './track-handler.js';
+import type { RequestClient } from '../refused/refused-requests.js';
+import { TrackHandler, type RefusedKeeper, type TrackExchange } from './track-handler.js';
 import { uwsBuild, type UWS } from './uws.js';
 
 export interface ServerDeps {
@@ -25,6 +26,8 @@ export interface ServerDeps {
   workerId: string;
   /** The OpenAPI document, served at /openapi.json. */
   openApiJson: string;
+  /** Where requests refused for their content are kept (MQ_REFUSED_TOPIC), or null. */
+  refused: RefusedKeeper | null;
 }
 
 type RouteMetrics = ReturnType<WorkerMetrics['other']>;
@@ -43,6 +46,8 @@ const H_CONTENT_ENCODING = bytes('content-encoding');
 const H_CONTENT_LENGTH = bytes('content-length');
 const H_RETRY_AFTER = bytes('retry-after');
 const H_CONNECTION = bytes('connection');
+const H_FORWARDED_FOR = bytes('x-forwarded-for');
+const H_API_KEY_NAME = bytes('x-api-key-name');
 /** The Retry-After of every 500 the service answers (track-answers.ts), as bytes. */
 const ONE_SECOND = bytes('1');
 const JSON_TYPE_BYTES = bytes(JSON_TYPE);
@@ -66,9 +71,12 @@ export class HttpServer {
   private bodiesReading = 0;
   /** While shutting down, every response closes its connection so keep-alive clients move on. */
   private draining = false;
+  /** X-Forwarded-For and X-Api-Key-Name are read: refusals are kept and the gateway is trusted. */
+  private readonly readsGatewayHeaders: boolean;
 
   constructor(private readonly deps: ServerDeps) {
-    this.track = new TrackHandler(deps.config, deps.sink, deps.metrics);
+    this.track = new TrackHandler(deps.config, deps.sink, deps.metrics, deps.refused);
+    this.readsGatewayHeaders = deps.refused !== null && deps.config.trustGatewayHeaders;
     const m = deps.metrics;
     this.tally = m.track.tally;
     const routeMetrics = Object.fromEntries(GET_PATHS.map((path) => [path, m.other(path)])) as Record<GetPath, RouteMetrics>;
@@ -127,10 +135,14 @@ export class HttpServer {
 
   private onTrack(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
     let aborted = false;
+    // Only when refusals are kept and the gateway trusted: two header lookups a request otherwise saved.
+    const forwardedFor = this.readsGatewayHeaders ? req.getHeader(H_FORWARDED_FOR) : '';
+    const apiKeyName = this.readsGatewayHeaders ? req.getHeader(H_API_KEY_NAME) : '';
     const x: TrackExchange = {
       started: performance.now(),
       aborted: () => aborted,
       answer: (outcome, stopReading) => this.finishTrack(res, outcome, stopReading),
+      client: () => requestClient(res, aborted, forwardedFor, apiKeyName),
     };
     // Headers must be read now: uWS reuses `req` once this function returns.
     const admitted = this.track.admit(x, req.getHeader(H_CONTENT_TYPE), req.getHeader(H_CONTENT_ENCODING), req.getHeader(H_CONTENT_LENGTH));
@@ -157,7 +169,8 @@ export class HttpServer {
         done = true;
         this.bodiesReading--;
         this.tally.bytes += received;
-        this.track.tooLarge(x);
+        const readSoFar = this.track.keepsRefused ? Buffer.concat([...(parts ?? []), new Uint8Array(chunk)]) : null;
+        this.track.tooLarge(x, gzipped, readSoFar);
         return;
       }
       if (!isLast) {
@@ -236,6 +249,17 @@ export class HttpServer {
       },
     );
   }
+}
+
+/**
+ * Who sent a request: the last address of X-Forwarded-For (the one the gateway saw) when the gateway
+ * is trusted and sent one, else the connection's peer.
+ */
+function requestClient(res: uWS.HttpResponse, aborted: boolean, forwardedFor: string, apiKeyName: string): RequestClient {
+  const forwarded = forwardedFor.slice(forwardedFor.lastIndexOf(',') + 1).trim();
+  // uWS forbids touching a response after its abort: the peer is then unknown.
+  const address = forwarded !== '' ? forwarded : aborted ? 'unknown (the client left)' : Buffer.from(res.getRemoteAddressAsText()).toString('latin1');
+  return { address, apiKeyName: apiKeyName === '' ? null : apiKeyName };
 }
 
 /** Shutdown only: checks `done` every 10 ms until it holds or timeoutMs have passed. */

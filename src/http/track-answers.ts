@@ -17,6 +17,9 @@ export interface TrackAnswer {
   readonly reason?: TrackRejection;
   /** Set on a refusal of the write-ahead path: why it took nothing (the waiting room reads it). */
   readonly refusal?: ProducerRefusal;
+  /** A refusal's message and details, as in its body (the refused-requests topic keeps them). */
+  readonly message?: string;
+  readonly details?: readonly PointIssue[];
 }
 
 /** The 202 answers of up to this many points are made at start-up and kept. */
@@ -32,7 +35,7 @@ export function accepted(count: number): TrackAnswer {
 /** A refusal of the whole request: its status is the catalogue's for the code. */
 export function refuse(code: TrackRejection, message: string, points = 0, details?: readonly PointIssue[]): TrackAnswer {
   const { status, body, retryAfter } = errorAnswer(code, message, details);
-  return retryAfter === undefined ? { status, body, points, reason: code } : { status, body, points, reason: code, retryAfter };
+  return { status, body, points, reason: code, message, ...(retryAfter === undefined ? {} : { retryAfter }), ...(details === undefined ? {} : { details }) };
 }
 
 /**

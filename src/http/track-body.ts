@@ -20,6 +20,8 @@ export interface BodyRefusal {
   /** Points of the request, counted as refused. */
   readonly points: number;
   readonly details?: readonly PointIssue[];
+  /** A gzip body's bytes once inflated, when it was (what the refused-requests topic keeps). */
+  readonly inflated?: Uint8Array;
 }
 
 export interface BodyLimits {
@@ -35,8 +37,8 @@ const refused = (why: BodyRefusal['refused'], message: string, points = 0, detai
 
 /** The messages of a request's body (views of scratch space the next body overwrites), or why it is refused. */
 export function decodeTrackBody(raw: Uint8Array, gzipped: boolean, limits: BodyLimits): EncodedPoints | BodyRefusal {
-  let bytes = raw;
   if (gzipped) {
+    let bytes: Uint8Array;
     try {
       // maxOutputLength bounds a gzip bomb: inflating stops at the limit instead of filling memory.
       // Synchronous because the output is at most MAX_BODY_BYTES (1 MiB by default: ~2 ms).
@@ -45,8 +47,14 @@ export function decodeTrackBody(raw: Uint8Array, gzipped: boolean, limits: BodyL
       if ((err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') return refused('payload_too_large', `body is larger than ${limits.maxBodyBytes} bytes once decompressed`);
       return refused('invalid_json', `body is not valid gzip: ${(err as Error).message}`);
     }
+    const decoded = decodeBytes(bytes, limits);
+    return 'refused' in decoded ? { ...decoded, inflated: bytes } : decoded;
   }
+  return decodeBytes(raw, limits);
+}
 
+/** decodeTrackBody, once the body is not gzip. */
+function decodeBytes(bytes: Uint8Array, limits: BodyLimits): EncodedPoints | BodyRefusal {
   // A body of valid points, as nearly every request is, goes from bytes to messages in one pass.
   const direct = encodeValidBody(bytes, limits.maxPoints);
   if (direct !== null) return direct;

@@ -13,9 +13,12 @@
 //      └─ the producer queue full: the waiting room keeps the body and takes it again, oldest first,
 //         as room appears; 500 queue_full after QUEUE_FULL_WAIT_MS
 //
-// Every answer goes out through its exchange's answer() and is counted here, once.
+// Every answer goes out through its exchange's answer() and is counted here, once. A refusal for the
+// request's content (400, 413, 415) is also handed to the refused-requests topic when one is set
+// (refused/refused-requests.ts), with the body as received.
 import type { Config } from '../config.js';
 import type { WorkerMetrics } from '../metrics/metrics.js';
+import type { RefusedRequest, RequestClient } from '../refused/refused-requests.js';
 import type { LateFailure, Pending, PointSink } from '../write-ahead/acceptance.js';
 import { decodeTrackBody, type BodyLimits } from './track-body.js';
 import { accepted, refuse, TrackAnswers, type TrackAnswer } from './track-answers.js';
@@ -29,7 +32,17 @@ export interface TrackExchange {
   aborted(): boolean;
   /** Writes the answer. stopReading: the rest of the body is not wanted (the connection closes). */
   answer(answer: TrackAnswer, stopReading: boolean): void;
+  /** Who sent the request; asked before the answer, only of a request refused for its content. */
+  client(): RequestClient;
 }
+
+/** Where requests refused for their content are kept (refused/refused-requests.ts). */
+export interface RefusedKeeper {
+  keep(request: RefusedRequest): void;
+}
+
+/** What is known of a refused request's body besides its answer. */
+type RefusedBody = Pick<RefusedRequest, 'received' | 'decoded' | 'gzipped' | 'partial' | 'sentBytes' | 'contentType' | 'contentEncoding'>;
 
 /** A request admit() let through: its body is to be read, then taken. */
 export interface Admitted {
@@ -59,6 +72,8 @@ export class TrackHandler {
     config: Config,
     private readonly sink: PointSink,
     private readonly metrics: WorkerMetrics,
+    /** null: MQ_REFUSED_TOPIC is off, and refusals cost nothing more. */
+    private readonly refusedKeeper: RefusedKeeper | null = null,
   ) {
     this.maxBodyBytes = config.maxBodyBytes;
     this.limits = { maxBodyBytes: config.maxBodyBytes, maxPoints: config.maxPoints };
@@ -84,18 +99,27 @@ export class TrackHandler {
    * kept open. A full queue is the exception: the body is read and the request waits for room.
    */
   admit(x: TrackExchange, contentType: string, contentEncoding: string, contentLength: string): Admitted | null {
-    if (!isJsonContentType(contentType)) return this.answer(x, this.answers.unsupportedType, true);
+    if (!isJsonContentType(contentType)) return this.refuseFromHeaders(x, this.answers.unsupportedType, contentType, contentEncoding, contentLength);
     const gzipped = contentEncoding === 'gzip' || contentEncoding === 'x-gzip';
-    if (!gzipped && contentEncoding !== '' && contentEncoding !== 'identity') return this.answer(x, this.answers.unsupportedEncoding, true);
-    if (contentLength !== '' && Number(contentLength) > this.maxBodyBytes) return this.answer(x, this.answers.tooLarge, true);
+    if (!gzipped && contentEncoding !== '' && contentEncoding !== 'identity') return this.refuseFromHeaders(x, this.answers.unsupportedEncoding, contentType, contentEncoding, contentLength);
+    if (contentLength !== '' && Number(contentLength) > this.maxBodyBytes) return this.refuseFromHeaders(x, this.answers.tooLarge, contentType, contentEncoding, contentLength);
     const refusal = this.sink.admission();
     const waits = this.waiting.mayWait(refusal);
     if (refusal !== null && !waits) return this.answer(x, this.answers.refusals[refusal], false);
     return { gzipped, waits };
   }
 
-  /** The body grew past MAX_BODY_BYTES while being read: refused, the rest of it unread. */
-  tooLarge(x: TrackExchange): void {
+  /** Whether refusals are kept: the HTTP edge then gives tooLarge() what it read. */
+  get keepsRefused(): boolean {
+    return this.refusedKeeper !== null;
+  }
+
+  /**
+   * The body grew past MAX_BODY_BYTES while being read: refused, the rest of it unread. `readSoFar`:
+   * what was read (when keepsRefused).
+   */
+  tooLarge(x: TrackExchange, gzipped: boolean, readSoFar: Uint8Array | null): void {
+    if (readSoFar !== null) this.keepRefused(x, this.answers.tooLarge, { received: readSoFar, decoded: null, gzipped, partial: true, sentBytes: null, contentType: '', contentEncoding: gzipped ? 'gzip' : '' });
     this.answer(x, this.answers.tooLarge, true);
   }
 
@@ -106,13 +130,36 @@ export class TrackHandler {
   take(x: TrackExchange, body: Uint8Array, owned: boolean, gzipped: boolean, waits: boolean): void {
     if (waits) return this.waitForRoom(x, body, owned, gzipped);
     const decoded = decodeTrackBody(body, gzipped, this.limits);
-    if ('refused' in decoded) return void this.answer(x, refuse(decoded.refused, decoded.message, decoded.points, decoded.details), false);
+    if ('refused' in decoded) return this.refuseBody(x, refuse(decoded.refused, decoded.message, decoded.points, decoded.details), body, gzipped, decoded.inflated ?? null);
     if (decoded.count === 0) return void this.answer(x, accepted(0), false);
     const taken = this.sink.accept(decoded);
     if (taken === null) this.answer(x, accepted(decoded.count), false);
     else if (typeof taken !== 'string') this.answerWhenAnswerable(x, taken, decoded.count);
     else if (taken === 'queue_full' && this.waiting.mayWait(taken)) this.waitForRoom(x, body, owned, gzipped);
+    else if (taken === 'message_too_large') this.refuseBody(x, this.answers.refused(taken, decoded.count, decoded.largestValue), body, gzipped, null);
     else this.answer(x, this.answers.refused(taken, decoded.count, decoded.largestValue), false);
+  }
+
+  /** A request refused for its body (400, 413): kept when the topic is set, then answered. */
+  private refuseBody(x: TrackExchange, answer: TrackAnswer, body: Uint8Array, gzipped: boolean, inflated: Uint8Array | null): void {
+    if (this.refusedKeeper !== null) {
+      this.keepRefused(x, answer, { received: body, decoded: inflated, gzipped, partial: false, sentBytes: body.byteLength, contentType: '', contentEncoding: gzipped ? 'gzip' : '' });
+    }
+    this.answer(x, answer, false);
+  }
+
+  /** A request refused from its headers (415, 413 by Content-Length): kept without a body, then answered. */
+  private refuseFromHeaders(x: TrackExchange, answer: TrackAnswer, contentType: string, contentEncoding: string, contentLength: string): null {
+    if (this.refusedKeeper !== null) {
+      const sentBytes = /^\d+$/.test(contentLength) ? Number(contentLength) : null;
+      this.keepRefused(x, answer, { received: null, decoded: null, gzipped: false, partial: false, sentBytes, contentType, contentEncoding });
+    }
+    return this.answer(x, answer, true);
+  }
+
+  private keepRefused(x: TrackExchange, answer: TrackAnswer, body: RefusedBody): void {
+    if (this.refusedKeeper === null || answer.reason === undefined) return;
+    this.refusedKeeper.keep({ ...body, code: answer.reason, status: answer.status, message: answer.message ?? '', ...(answer.details === undefined ? {} : { details: answer.details }), client: x.client() });
   }
 
   /** A request taken whose answer waits: 202 once the write-ahead path says so, else its failure. */

@@ -9,7 +9,7 @@
 // (librdkafka logs a CONFWARN about it at start-up, as a warning). So each property is offered to a
 // topic configuration first, and goes to the global one only if librdkafka does not know it there.
 import Kafka from 'node-rdkafka';
-import { ConfigError, type Config, PRODUCER_OPTION_PREFIX } from '../config.js';
+import { ConfigError, type Config, PRODUCER_OPTION_PREFIX, type RefusedTopic } from '../config.js';
 import { CONTAINER_ID_MAX_LENGTH } from '../track-point/schema.js';
 
 /** Statistics drive the queue accounting, readiness and the Kafka metrics: 10 a second. */
@@ -123,4 +123,35 @@ function refusal(make: () => unknown): string | null {
 /** The largest message librdkafka takes with these settings. */
 export function messageMaxBytes(settings: ProducerSettings): number {
   return Number(settings.global['message.max.bytes'] ?? DEFAULT_MESSAGE_MAX_BYTES);
+}
+
+/** How long a refused request's message may wait for Kafka before it is given up (counted). */
+export const REFUSED_MESSAGE_TIMEOUT_MS = 30_000;
+/** Room left in a Kafka message for a refused request's headers (its `details` are at most 100 issues). */
+const REFUSED_HEADERS_ROOM = 32 * 1024;
+
+/**
+ * The settings of the refused-requests producer (kafka/refused-producer.ts): the service's, with the
+ * operator's MQ_OPT_* (brokers, security), but a report per message, no statistics, and a queue of
+ * its own sized from MQ_REFUSED_RATE: what the rate lets in during REFUSED_MESSAGE_TIMEOUT_MS.
+ * Throws ConfigError when a kept body could not fit in a Kafka message.
+ */
+export function refusedProducerSettings(config: Config, clientId: string, refused: RefusedTopic): ProducerSettings {
+  const base = producerSettings(config, clientId);
+  const largest = refused.maxBytes + REFUSED_HEADERS_ROOM;
+  if (largest > messageMaxBytes(base)) {
+    throw new ConfigError('MQ_REFUSED_MAX_BYTES', `${refused.maxBytes} bytes of body and ${REFUSED_HEADERS_ROOM} of headers do not fit in a Kafka message of ${messageMaxBytes(base)} bytes (message.max.bytes, MQ_OPT_MESSAGE_MAX_BYTES)`);
+  }
+  const queued = Math.ceil((refused.ratePerSecond * REFUSED_MESSAGE_TIMEOUT_MS) / 1000);
+  const global: Properties = { ...(base.global as Properties) };
+  delete global.dr_msg_cb;
+  Object.assign(global, {
+    dr_cb: true,
+    'delivery.report.only.error': false,
+    'statistics.interval.ms': 0,
+    'queue.buffering.max.messages': queued,
+    'queue.buffering.max.kbytes': Math.min(Math.ceil((queued * largest) / 1024), 2_147_483_647),
+  });
+  const topic: Properties = { ...(base.topic as Properties), 'message.timeout.ms': REFUSED_MESSAGE_TIMEOUT_MS };
+  return { global: global as Kafka.ProducerGlobalConfig, topic: topic as Kafka.ProducerTopicConfig };
 }

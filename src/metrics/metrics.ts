@@ -103,6 +103,7 @@ export function createWorkerMetrics(workerId: string) {
     ...journalMetrics(r),
     ...deliveryMetrics(r),
     ...brokerMetrics(r),
+    ...refusedMetrics(r),
   };
 }
 
@@ -287,6 +288,22 @@ function journalMetrics({ registers, delta }: Registrar) {
       journalSource = source;
     },
   };
+}
+
+/** The refused-requests topic (MQ_REFUSED_TOPIC, refused/refused-requests.ts); 0 while it is off. */
+function refusedMetrics({ registers }: Registrar) {
+  const refusedWritten = new Counter({
+    name: `${METRIC_PREFIX}refused_requests_written_total`,
+    help: 'Requests refused for their content (400, 413, 415) written to MQ_REFUSED_TOPIC and acknowledged by Kafka.',
+    registers,
+  });
+  const refusedDropped = new Counter({
+    name: `${METRIC_PREFIX}refused_requests_dropped_total`,
+    help: 'Requests refused for their content and not written to MQ_REFUSED_TOPIC, by reason: over_rate (more than MQ_REFUSED_RATE a second in this worker), unavailable (no connection to Kafka), queue_full (its queue full), failed (Kafka did not take it: the topic missing, no leader; logged).',
+    labelNames: ['reason'] as const,
+    registers,
+  });
+  return { refusedWritten, refusedDropped };
 }
 
 /** What Kafka acknowledged, what failed, and how long it took. */

@@ -20,10 +20,12 @@ import { diskFiles } from '../journal/files.js';
 import { Journal, JournalError } from '../journal/journal.js';
 import { claimSlots, JournalInUse, type SlotClaim } from '../journal/slot-lock.js';
 import { KafkaProducer } from '../kafka/producer.js';
-import { producerSettings } from '../kafka/settings.js';
+import { RefusedProducer } from '../kafka/refused-producer.js';
+import { producerSettings, refusedProducerSettings } from '../kafka/settings.js';
 import { createLogger, type Logger } from '../log.js';
 import { clusterMetricsClient } from '../metrics/aggregate.js';
 import { createWorkerMetrics } from '../metrics/metrics.js';
+import { RefusedRequests } from '../refused/refused-requests.js';
 import { WriteAhead } from '../write-ahead/write-ahead.js';
 import { runsOnJemalloc } from './allocator.js';
 import { isPrimaryMessage, sendToPrimary, workerSlot } from './cluster-protocol.js';
@@ -69,8 +71,16 @@ export async function runWorker(config: Config): Promise<void> {
   if (journal.recovering) log.warn({ dir: config.journalDir, slot, bytes: journal.bytes }, 'the journal holds points an earlier process did not see acknowledged; producing them again once Kafka takes points');
 
   let producer: KafkaProducer;
+  let refusedProducer: RefusedProducer | null = null;
   try {
     producer = new KafkaProducer(config, log, metrics, producerSettings(config, `track-ingest-${hostname()}-${workerId}`));
+    if (config.refused !== null) {
+      const settings = refusedProducerSettings(config, `track-ingest-refused-${hostname()}-${workerId}`, config.refused);
+      refusedProducer = new RefusedProducer(config.refused.topic, settings, log, (error) => {
+        if (error === null) metrics.refusedWritten.inc();
+        else metrics.refusedDropped.labels('failed').inc();
+      });
+    }
   } catch (err) {
     // The primary checked the settings before forking: this is librdkafka refusing them at creation.
     log.fatal({ err }, 'invalid Kafka producer setting (check MQ_OPT_* variables)');
@@ -78,6 +88,10 @@ export async function runWorker(config: Config): Promise<void> {
   }
   const path = new WriteAhead(config, log, metrics, journal, producer);
   path.start();
+  refusedProducer?.start();
+  const refused = config.refused === null || refusedProducer === null
+    ? null
+    : new RefusedRequests(config.refused, refusedProducer, `${hostname()}/${slot}`, (reason) => metrics.refusedDropped.labels(reason).inc());
 
   const server = new HttpServer({
     config,
@@ -87,6 +101,7 @@ export async function runWorker(config: Config): Promise<void> {
     workerId,
     clusterMetrics: clusterMetricsClient(metrics.registry),
     openApiJson: JSON.stringify(buildOpenApi(config)),
+    refused,
   });
 
   let stopping: Promise<void> | null = null;
@@ -96,6 +111,8 @@ export async function runWorker(config: Config): Promise<void> {
       log.info({ why }, 'worker shutting down');
       await server.stop(Math.min(2_000, config.shutdownTimeoutMs / 4));
       const left = await path.drain(Math.max(100, deadline - Date.now()));
+      // The refused requests still queued get what is left of a second: evidence, not data.
+      await refusedProducer?.stop(Math.min(deadline, Date.now() + 1_000));
       try {
         journal.close();
       } catch (err) {
@@ -139,7 +156,9 @@ export async function runWorker(config: Config): Promise<void> {
   // (at start-up, and when replacing a crashed worker while the others serve). Bounded, so that
   // /healthz answers and /readyz explains while Kafka is unreachable. The shutdown handlers above
   // are in place first, so a signal during this wait still ends the worker in order.
-  if (!(await path.whenAccepting(LISTEN_AFTER_PRODUCER_WAIT_MS))) {
+  // The refused-requests producer connects meanwhile, so that the first refusals are kept too.
+  const [accepting] = await Promise.all([path.whenAccepting(LISTEN_AFTER_PRODUCER_WAIT_MS), refusedProducer?.whenConnected(LISTEN_AFTER_PRODUCER_WAIT_MS)]);
+  if (!accepting) {
     log.warn({ waitedMs: LISTEN_AFTER_PRODUCER_WAIT_MS, brokers: config.brokers }, 'listening before the Kafka producer is ready; POST /track answers 500 until it is');
   }
   if (stopping !== null) return;

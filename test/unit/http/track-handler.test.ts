@@ -1,12 +1,14 @@
 // POST /track from its headers to its answer, with the write-ahead path replaced at its seam
 // (PointSink) and the socket by an exchange that records what it is told. The integration tests run
 // the same paths against uWebSockets.js and a real broker.
+import { gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import type { ProducerRefusal } from '../../../src/api/errors.js';
 import { loadConfig } from '../../../src/config.js';
 import type { TrackAnswer } from '../../../src/http/track-answers.js';
 import { isJsonContentType, TrackHandler, type TrackExchange } from '../../../src/http/track-handler.js';
 import { createWorkerMetrics } from '../../../src/metrics/metrics.js';
+import type { RefusedRequest } from '../../../src/refused/refused-requests.js';
 import type { EncodedPoints } from '../../../src/track-point/encode.js';
 import type { LateFailure, Pending, PointSink, Refusal } from '../../../src/write-ahead/acceptance.js';
 
@@ -44,6 +46,7 @@ function exchange(aborted = false) {
     abort: () => {
       aborted = true;
     },
+    client: () => ({ address: '192.0.2.7', apiKeyName: null }),
     answer(outcome: TrackAnswer, stopReading: boolean) {
       const json = JSON.parse(outcome.body.toString()) as { error?: string };
       answers.push({ status: outcome.status, ...(json.error === undefined ? {} : { error: json.error }), stopReading });
@@ -110,7 +113,7 @@ describe('TrackHandler: taking a body', () => {
   it('refuses a body that grew past MAX_BODY_BYTES while being read, the rest unread', () => {
     const { h } = handler();
     const x = exchange();
-    h.tooLarge(x);
+    h.tooLarge(x, false, null);
     expect(x.answers).toEqual([{ status: 413, error: 'payload_too_large', stopReading: true }]);
   });
 
@@ -171,5 +174,38 @@ describe('TrackHandler: taking a body', () => {
     const x = exchange();
     post(h, x, body(1));
     expect(x.answers).toEqual([{ status: 500, error: 'queue_full', stopReading: false }]);
+  });
+});
+
+describe('TrackHandler: requests refused for their content, handed to the refused-requests topic', () => {
+  function keeping() {
+    const kept: RefusedRequest[] = [];
+    const producer = new FakeSink();
+    const h = new TrackHandler(loadConfig({ MAX_BODY_BYTES: '4096', MQ_REFUSED_TOPIC: 'refused' }), producer, createWorkerMetrics('t'), { keep: (r) => void kept.push(r) });
+    return { h, producer, kept };
+  }
+
+  it('hands over every 400, 413 and 415 with the body as received, the answer and the client; never a 202 or a 500', () => {
+    const { h, producer, kept } = keeping();
+    h.admit(exchange(), 'text/csv', '', '12');
+    h.admit(exchange(), '', 'br', '');
+    h.admit(exchange(), '', '', '99999');
+    h.tooLarge(exchange(), false, Buffer.from('[{"container_id":"c'));
+    post(h, exchange(), Buffer.from('[{"container_id":"c1",'));
+    post(h, exchange(), Buffer.from('[{"container_id":"c1","lat":95,"lon":0,"timestamp":"2024-05-01T12:00:00Z"}]'));
+    post(h, exchange(), gzipSync(Buffer.from('[1,2]')), { encoding: 'gzip' });
+    post(h, exchange(), body(2));
+    producer.refuses = 'queue_full';
+    post(h, exchange(), body(2));
+    expect(kept.map((r) => [r.code, r.status, r.received?.toString() ?? null, r.sentBytes, r.client.address])).toEqual([
+      ['unsupported_media_type', 415, null, 12, '192.0.2.7'],
+      ['unsupported_media_type', 415, null, null, '192.0.2.7'],
+      ['payload_too_large', 413, null, 99999, '192.0.2.7'],
+      ['payload_too_large', 413, '[{"container_id":"c', null, '192.0.2.7'],
+      ['invalid_json', 400, '[{"container_id":"c1",', 22, '192.0.2.7'],
+      ['validation_failed', 400, '[{"container_id":"c1","lat":95,"lon":0,"timestamp":"2024-05-01T12:00:00Z"}]', 75, '192.0.2.7'],
+      ['validation_failed', 400, gzipSync(Buffer.from('[1,2]')).toString(), expect.any(Number), '192.0.2.7'],
+    ]);
+    expect([kept[0]!.contentType, kept[1]!.contentEncoding, kept[3]!.partial, kept[5]!.details?.[0]?.field, kept[6]!.decoded?.toString()]).toEqual(['text/csv', 'br', true, 'lat', '[1,2]']);
   });
 });

@@ -69,7 +69,7 @@ const metrics = createWorkerMetrics('properties');
 const post = (body: string | Buffer) => {
   const sink = new Sink();
   let out: TrackAnswer | null = null;
-  new TrackHandler(config, sink, metrics).take({ started: 0, aborted: () => false, answer: (a) => void (out = a) }, Buffer.isBuffer(body) ? body : Buffer.from(body), true, false, false);
+  new TrackHandler(config, sink, metrics).take({ started: 0, aborted: () => false, answer: (a) => void (out = a), client: () => ({ address: '192.0.2.7', apiKeyName: null }) }, Buffer.isBuffer(body) ? body : Buffer.from(body), true, false, false);
   if (out === null) throw new Error('no answer');
   return { out: out as TrackAnswer, sink };
 };

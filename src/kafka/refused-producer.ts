@@ -1,0 +1,111 @@
+// The producer of the refused-requests topic (MQ_REFUSED_TOPIC): a librdkafka client of its own,
+// beside the points' producer, so that nothing it does can touch the accepted path. Its queue,
+// connections and reports are its own: the refused topic deleted, without a leader or slow fills
+// this queue and no other; the points' producer never waits for it, and its admission never counts
+// its messages.
+//
+// What it offers: send() hands one message to librdkafka, or says why it did not (not connected,
+// its queue full); every message's report (delivered, or failed after REFUSED_MESSAGE_TIMEOUT_MS)
+// goes to onReport. Best effort by design: these messages are evidence, not data, and are not
+// journalled (README, "Refused requests").
+import Kafka from 'node-rdkafka';
+import { Throttled, type Logger } from '../log.js';
+import { codeName } from './delivery-reports.js';
+import type { ProducerSettings } from './settings.js';
+
+/** One refused request's message. */
+export interface RefusedMessage {
+  readonly key: string | null;
+  readonly value: Buffer;
+  readonly headers: readonly Record<string, string>[];
+  readonly timestamp: number;
+}
+
+/** Why send() wrote nothing. */
+export type NotSent = 'unavailable' | 'queue_full';
+
+const POLL_MS = 100;
+const CONNECT_TIMEOUT_MS = 10_000;
+const RECONNECT_MS = 5_000;
+
+export class RefusedProducer {
+  private readonly producer: Kafka.Producer;
+  private connected = false;
+  private stopped = false;
+  private retry: NodeJS.Timeout | null = null;
+  private readonly failures: Throttled;
+  private readonly connectedWaiters = new Set<() => void>();
+
+  constructor(
+    private readonly topic: string,
+    settings: ProducerSettings,
+    private readonly log: Logger,
+    /** Each message's report: null when Kafka acknowledged it, else its error's name. */
+    private readonly onReport: (error: string | null) => void,
+  ) {
+    this.producer = new Kafka.Producer(settings.global, settings.topic);
+    this.failures = new Throttled(log, 'warn', `refused requests not written to ${topic}`);
+    this.producer.on('delivery-report', (err) => {
+      const error = err ? codeName(err.code) : null;
+      if (error !== null) this.failures.report({ error, topic: this.topic });
+      this.onReport(error);
+    });
+    this.producer.on('event.error', (err) => this.failures.report({ error: codeName(err.code), message: err.message }));
+  }
+
+  /** Connects in the background, retrying every 5 s; send() says 'unavailable' until then. */
+  start(): void {
+    if (this.stopped) return;
+    this.producer.connect({ timeout: CONNECT_TIMEOUT_MS }, (err) => {
+      if (this.stopped) return;
+      if (err) {
+        this.failures.report({ error: 'cannot connect', message: err.message });
+        this.retry = setTimeout(() => this.start(), RECONNECT_MS).unref();
+        return;
+      }
+      this.connected = true;
+      this.producer.setPollInterval(POLL_MS);
+      for (const waiter of this.connectedWaiters) waiter();
+      this.connectedWaiters.clear();
+      this.log.debug({ topic: this.topic }, 'refused-requests producer connected');
+    });
+  }
+
+  /** Resolves once connected, or after timeoutMs: the worker listens once both producers can take messages. */
+  whenConnected(timeoutMs: number): Promise<void> {
+    if (this.connected) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.connectedWaiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, timeoutMs);
+      this.connectedWaiters.add(done);
+    });
+  }
+
+  send(message: RefusedMessage): NotSent | null {
+    if (!this.connected) return 'unavailable';
+    try {
+      this.producer.produce(this.topic, null, message.value, message.key ?? undefined, message.timestamp, undefined, message.headers as Kafka.MessageHeader[]);
+      return null;
+    } catch (err) {
+      const code = (err as Kafka.LibrdKafkaError).code;
+      if (code === Kafka.CODES.ERRORS.ERR__QUEUE_FULL) return 'queue_full';
+      this.failures.report({ error: codeName(code), message: (err as Error).message });
+      return 'unavailable';
+    }
+  }
+
+  /** Waits, until `deadline` (Date.now()), for what is queued, then disconnects. */
+  async stop(deadline: number): Promise<void> {
+    this.stopped = true;
+    if (this.retry !== null) clearTimeout(this.retry);
+    if (!this.connected) return;
+    await new Promise<void>((resolve) => this.producer.flush(Math.max(1, deadline - Date.now()), () => resolve()));
+    this.failures.flush();
+    await new Promise<void>((resolve) => this.producer.disconnect(1_000, () => resolve()));
+    this.connected = false;
+  }
+}
