@@ -12,7 +12,7 @@ import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EARLIEST_IDLE_CLOSE_S, idleCloseS, uwsBuild } from '../../src/http/uws.js';
 import { addApiKey, gatewayKeys, startGateway, type Gateway } from '../../support/gateway.js';
-import { consumeAll } from '../../support/kafka.js';
+import { consumeAll, createTopic, deleteTopic, uniqueTopic } from '../../support/kafka.js';
 import { parseAnswer, raw } from '../helpers/raw-http.js';
 import { freePort } from '../../support/ports.js';
 import { metric, point, startService, until, type Service } from '../helpers/service.js';
@@ -26,6 +26,7 @@ const KEY_CACHE_S = 1;
 const run = randomUUID().slice(0, 8);
 
 const topic = fileTopic('gateway');
+const refusedTopic = uniqueTopic('gateway-refused');
 let svc: Service;
 /** Two instances sharing one Redis (keys and counts), API keys required, counts synced every 10 ms. */
 let gwA: Gateway;
@@ -34,7 +35,9 @@ let gwB: Gateway;
 let anyKey: string;
 
 beforeAll(async () => {
-  svc = await startService({ MQ_TOPIC: topic, MAX_POINTS: String(MAX_POINTS), MAX_BODY_BYTES: String(MAX_BODY_BYTES) });
+  await createTopic(refusedTopic, 1);
+  // The refused-requests topic trusts the gateway's X-Forwarded-For and X-Api-Key-Name.
+  svc = await startService({ MQ_TOPIC: topic, MAX_POINTS: String(MAX_POINTS), MAX_BODY_BYTES: String(MAX_BODY_BYTES), MQ_REFUSED_TOPIC: refusedTopic, TRUST_GATEWAY_HEADERS: '1' });
   const env = { GATEWAY_RATE_LIMIT: String(RATE_LIMIT), MAX_BODY_BYTES: String(MAX_BODY_BYTES), GATEWAY_KEY_CACHE_S: String(KEY_CACHE_S) };
   gwA = await startGateway({ upstream: `127.0.0.1:${svc.port}`, env }); // starts its own Redis
   gwB = await startGateway({ upstream: `127.0.0.1:${svc.port}`, env, redisUrl: gwA.redisUrl });
@@ -44,6 +47,7 @@ afterAll(async () => {
   await gwB?.stop();
   await gwA?.stop();
   expect(await svc?.stop()).toBe(0);
+  await deleteTopic(refusedTopic);
 });
 
 /** A new fleet's key in the gateways' Redis, with its own limit (requests per second). */
@@ -228,6 +232,23 @@ describe('API keys', () => {
     }
     expect(Date.now() - revoked).toBeLessThan((KEY_CACHE_S + 1) * 1000);
     expect(await gatewayKeys(gwA.redisUrl, ['list'])).not.toContain(name);
+  });
+
+  it("names the key to the service (X-Api-Key-Name, a client's own replaced) and the client's address (X-Forwarded-For): a refused request is kept with both", async () => {
+    const name = `named-${run}`;
+    const key = await addApiKey(gwA.redisUrl, name, 0);
+    const bad = JSON.stringify([point('MSKU-gw', { lat: 95 })]);
+    const answers = [
+      await send(gwA.url, { body: bad, headers: json(key, { 'x-api-key-name': 'forged' }) }),
+      await send(gwB.url, { body: bad, headers: json(key, { 'x-forwarded-for': '203.0.113.9' }) }),
+    ];
+    expect(answers.map((a) => a.status)).toEqual([400, 400]);
+    // Other tests of this file send refused requests too: these two are the ones keyed MSKU-gw.
+    const kept = (await consumeAll(refusedTopic, { expected: 2, partitions: 1 })).filter((m) => m.key === 'MSKU-gw');
+    expect(kept.map((m) => [m.key, m.headers['client.api_key_name'], m.headers['client.address']])).toEqual([
+      ['MSKU-gw', name, '127.0.0.1'],
+      ['MSKU-gw', name, '127.0.0.1'],
+    ]);
   });
 
   it('stores each key as its SHA-256 with its name and limit, never the key itself', async () => {

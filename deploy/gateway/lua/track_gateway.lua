@@ -144,7 +144,7 @@ local function lookup(key)
   if not red then redis_failed(err) return stale end
   local hash = sha256_hex(key)
   local found
-  found, err = red:hmget(KEY_PREFIX .. hash, "limit")
+  found, err = red:hmget(KEY_PREFIX .. hash, "limit", "name")
   if type(found) ~= "table" then
     red:close()
     redis_failed("HMGET: " .. tostring(err))
@@ -154,7 +154,8 @@ local function lookup(key)
   if found[1] == ngx.null then
     entry = false
   else
-    entry = { bucket = "k:" .. hash, limit = tonumber(found[1]) or default_limit }
+    -- The name goes to the service as X-Api-Key-Name (its refused-requests topic names the fleet).
+    entry = { bucket = "k:" .. hash, limit = tonumber(found[1]) or default_limit, name = found[2] ~= ngx.null and found[2] or nil }
   end
   keys:set(key, entry, key_cache_s)
   return entry
@@ -308,6 +309,8 @@ end
 
 function M.access()
   local bucket, limit
+  -- Only the gateway names the key: a client's own X-Api-Key-Name never reaches the service.
+  ngx.req.clear_header("X-Api-Key-Name")
   if keys_required then
     local key = ngx.var.http_x_api_key
     if not key or key == "" then
@@ -317,7 +320,10 @@ function M.access()
     if entry == false then
       return json_refusal(401, "api_key_invalid", "this X-Api-Key is unknown or revoked")
     end
-    if entry then bucket, limit = entry.bucket, entry.limit end
+    if entry then
+      bucket, limit = entry.bucket, entry.limit
+      if entry.name then ngx.req.set_header("X-Api-Key-Name", entry.name) end
+    end
   end
   if not bucket then bucket, limit = "a:" .. ngx.var.remote_addr, default_limit end
   if limit == 0 or admit(bucket, limit) then return end
