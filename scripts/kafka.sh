@@ -12,6 +12,8 @@
 #   scripts/kafka.sh stop [--cluster|--fencing|--all]
 #   scripts/kafka.sh status
 #   scripts/kafka.sh topic NAME [PARTITIONS] [--cluster|--fencing]  create if missing, then describe
+#   scripts/kafka.sh topic-placed NAME ASSIGNMENT --cluster  create with its replicas on given nodes
+#                                     (Kafka's --replica-assignment: 2:3,3:2 = two partitions on nodes 2 and 3)
 #   scripts/kafka.sh consume [TOPIC] [--cluster]             print key, partition, value from the start
 #   scripts/kafka.sh topic-config NAME KEY=VALUE [--cluster]  change a topic setting (fault tests)
 #   scripts/kafka.sh kill-node N | stop-node N | start-node N  cluster fault injection (kill -9 / stop / restart)
@@ -349,6 +351,11 @@ case $cmd in
     name=${args[0]:-$TOPIC_DEFAULT}; parts=${args[1]:-$PARTITIONS_DEFAULT}
     create_topic "$(bootstrap)" "$name" "$parts" "$( ((cluster)) && echo 3 || echo 1)"
     describe_topic "$(bootstrap)" "$name" ;;
+  topic-placed)
+    fetch; write_log4j
+    tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$(bootstrap)" --command-config "$RUN/tools.properties" \
+      --create --if-not-exists --topic "${args[0]:?topic name}" --replica-assignment "${args[1]:?replica assignment, e.g. 2:3,3:2}" >/dev/null
+    describe_topic "$(bootstrap)" "${args[0]}" ;;
   consume)
     fetch; write_log4j
     # Reads from the beginning and stops after KAFKA_CONSUME_TIMEOUT_MS without a new message; the

@@ -3,7 +3,7 @@
 // Each test prints its accounting as a row of the README's reliability table (also appended to
 // .run/reliability.md). `make test-faults` runs this file alone; `make test` includes it.
 import { execFile, execFileSync } from 'node:child_process';
-import { request } from 'node:http';
+import { Agent, request } from 'node:http';
 import { promisify } from 'node:util';
 import { appendFileSync, mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -64,6 +64,45 @@ function acceptingAgainMs(output: readonly string[], since: number): Record<stri
   const out: Record<string, number> = {};
   for (const { worker, time } of producerStateChanges(output, 'accepting')) if (time >= since - 30_000) out[worker] = time - since;
   return out;
+}
+
+/** Invalid requests (a latitude of 95) on 4 connections as fast as they are answered, their statuses counted. */
+class BadRequests {
+  readonly statuses: Record<string, number> = {};
+  sent = 0;
+  private running = false;
+  private loops: Promise<void>[] = [];
+  private readonly agent = new Agent({ keepAlive: true, maxSockets: 4 });
+  private readonly body = JSON.stringify([point('MSKU-bad', { lat: 95 })]);
+
+  constructor(private readonly url: string) {}
+
+  start(): void {
+    this.running = true;
+    for (let c = 0; c < 4; c++) this.loops.push(this.loop());
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    await Promise.all(this.loops);
+    this.agent.destroy();
+  }
+
+  private async loop(): Promise<void> {
+    while (this.running) {
+      this.sent++;
+      const status = await new Promise<number>((resolve) => {
+        const req = request(`${this.url}/track`, { method: 'POST', agent: this.agent, headers: { 'content-type': 'application/json' } }, (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+        });
+        req.on('error', () => resolve(0));
+        req.end(this.body);
+      });
+      this.statuses[status] = (this.statuses[status] ?? 0) + 1;
+      await sleep(2);
+    }
+  }
 }
 
 describe('on a 3-broker cluster under load', () => {
@@ -177,6 +216,44 @@ describe('on a 3-broker cluster under load', () => {
     record(`node ${victim} (leader of partition 0) frozen with SIGSTOP for ${FREEZE_MS / 1000} s, then thawed`, a, `(active KRaft controller at the freeze: node ${controller}; all workers ready ${readyAfterThawMs} ms after the thaw)`);
     expectEveryAcceptedPointOnce(a, 10_000);
     expect(readyAfterThawMs).toBeLessThan(5_000);
+    expect(await svc.stop()).toBe(0);
+  });
+
+  it("the refused-requests topic's only broker killed under load and a flood of bad requests: every valid request 202 and in Kafka once; the refusals answered alike, and kept once it is back", { timeout: 240_000 }, async () => {
+    // The points on nodes 2 and 3 only, the refused topic on node 1 only: killing node 1 takes the
+    // refused topic's partition away and leaves every partition of the points led and in sync.
+    const topic = uniqueTopic('refused-away-points');
+    const refused = uniqueTopic('refused-away');
+    await kafkaAsync('topic-placed', topic, '2:3,3:2,2:3,3:2,2:3,3:2', '--cluster');
+    await kafkaAsync('topic-placed', refused, '1', '--cluster');
+    const svc = await startService({ MQ_BROKERS: CLUSTER, MQ_TOPIC: topic, WORKERS: '2', MQ_REFUSED_TOPIC: refused, MQ_REFUSED_RATE: '1000' });
+    const load = new AccountedLoad(svc.url);
+    const flood = new BadRequests(svc.url);
+    const written = async () => (await metric(svc.url, 'ingest_refused_requests_written_total')) ?? 0;
+    let before = 0;
+    try {
+      load.start();
+      flood.start();
+      await sleep(4_000);
+      before = await written();
+      await kafkaAsync('kill-node', '1');
+      await sleep(10_000);
+      await kafkaAsync('start-node', '1');
+      await sleep(8_000);
+    } finally {
+      await Promise.all([load.stop(), flood.stop()]);
+    }
+    await until('the refusals queued during the outage to be written', async () => (await written()) > before + 100, 30_000);
+    const after = await written();
+    const dropped = ['over_rate', 'unavailable', 'queue_full', 'failed'].map(async (reason) => `${reason} ${(await metric(svc.url, `ingest_refused_requests_dropped_total{reason="${reason}"}`)) ?? 0}`);
+    const a = await readBack(topic, load, load.accepted);
+    record(`kill -9 node 1, the only broker of MQ_REFUSED_TOPIC, for 10 s under load and ${flood.sent} bad requests`, a, `(bad requests answered ${JSON.stringify(flood.statuses)}; refused requests written ${before} before the kill, ${after} in all; dropped: ${(await Promise.all(dropped)).join(', ')})`);
+    expect(a.lost).toBe(0);
+    expect(a.duplicated).toBe(0);
+    expect(a.hangs).toBe(0);
+    expect(a.statuses).toEqual({ 202: a.requests });
+    expect(Object.keys(flood.statuses)).toEqual(['400']);
+    expect(before).toBeGreaterThan(0);
     expect(await svc.stop()).toBe(0);
   });
 
