@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help install build run gateway test test-faults test-image test-node24 test-node22-smoke test-unit fuzz broker broker-stop cluster cluster-stop consume refused openapi bench bench-floor bench-cpu bench-node24 bench-journal bench-gateway bench-replay clean
+.PHONY: help install build run gateway test test-faults test-image test-node24 test-node22-smoke test-unit fuzz broker broker-stop cluster cluster-stop consume refused openapi bench bench-floor bench-cpu bench-node24 bench-journal bench-refused bench-gateway bench-replay clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -76,6 +76,11 @@ bench-cpu: build ## CPU per point of the service under wrk, 1 worker, 100/10/1 p
 bench-node24: ## make bench-cpu in the Debian 13 root: this tree on Node 24 against the same tree on Node 20, side by side (CPU_* as for bench-cpu)
 	@scripts/test-in-root.sh --tree 20
 	@scripts/debian-root.sh run .cache/debian13-node24 --own-network -- env CPU_COMPARE=/src-node20/dist/src/main.js CPU_COMPARE_NODE=/opt/node-20/bin/node make -C /src --no-print-directory bench-cpu
+
+bench-refused: build ## the design load's p99 with and without a flood of 5,000 invalid requests/s beside it, MQ_REFUSED_TOPIC on (about 6 minutes)
+	@npx tsc -p .
+	@scripts/need-packages.sh $(JEMALLOC)
+	@scripts/with-broker.sh node dist/bench/refused-flood.js
 
 bench-journal: build ## the journal's own CPU per point (append, acknowledgements, marks), both JOURNAL_SYNC modes, no broker (JOURNAL_COMPARE=other/dist/src/journal/journal.js: side by side)
 	@npx tsc -p .

@@ -37,6 +37,10 @@
 // CPU_COMPARE_NODE=path/to/node runs the compared builds on another Node.js (one version against
 // another, the same code: bench/README.md, "Node 24 against Node 20"). CPU_WORKERS: the service's
 // WORKERS (1; 2 is the design-load shape on 2 cores).
+// CPU_ENV / CPU_COMPARE_ENV: more environment for this tree / for the compared builds, as
+// comma-separated NAME=VALUE pairs: one build against itself with a setting on and off (e.g.
+// CPU_ENV=MQ_REFUSED_TOPIC=bench.refused CPU_COMPARE=dist/src/main.js,dist/src/main.js: the
+// refused-requests topic's cost to accepted requests, with an A/A pair).
 import { execFile, execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -68,9 +72,19 @@ const WORKERS = env.CPU_WORKERS ?? '1';
 const compared = env.CPU_COMPARE ? env.CPU_COMPARE.split(',') : [];
 const TOGETHER = env.CPU_TOGETHER === '1';
 if (TOGETHER && (RATES === null || compared.length === 0)) throw new Error('CPU_TOGETHER=1 needs CPU_RATE (under a closed loop the faster build would take the machine) and CPU_COMPARE');
-const builds: { name: string; entry?: string; node: string }[] = [
-  { name: 'this tree', node: process.execPath },
-  ...compared.map((entry, i) => ({ name: compared.length === 1 ? 'compared' : `compared ${i + 1}`, entry, node: env.CPU_COMPARE_NODE ?? process.execPath })),
+/** NAME=VALUE,NAME=VALUE as an environment. */
+function envPairs(variable: string): Record<string, string> {
+  const text = env[variable] ?? '';
+  if (text === '') return {};
+  return Object.fromEntries(text.split(',').map((pair) => {
+    const at = pair.indexOf('=');
+    if (at < 1) throw new Error(`${variable}: expected NAME=VALUE pairs separated by commas, got ${JSON.stringify(pair)}`);
+    return [pair.slice(0, at), pair.slice(at + 1)];
+  }));
+}
+const builds: { name: string; entry?: string; node: string; env: Record<string, string> }[] = [
+  { name: 'this tree', node: process.execPath, env: envPairs('CPU_ENV') },
+  ...compared.map((entry, i) => ({ name: compared.length === 1 ? 'compared' : `compared ${i + 1}`, entry, node: env.CPU_COMPARE_NODE ?? process.execPath, env: envPairs('CPU_COMPARE_ENV') })),
 ];
 const run = promisify(execFile);
 const nodeVersion = (node: string): string => (node === process.execPath ? process.version : execFileSync(node, ['--version']).toString().trim());
@@ -129,7 +143,7 @@ async function measure(together: readonly (typeof builds)[number][], points: num
     for (const build of together) {
       const id = `cpu${Date.now().toString(36)}${started.length}`;
       const topic = await createTopic(`bench.${id}.${points}`);
-      const target = await startTarget('ours', await freePort(), { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS }, build.entry, 'ready', build.node).catch(async (err: unknown) => {
+      const target = await startTarget('ours', await freePort(), { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS, ...build.env }, build.entry, 'ready', build.node).catch(async (err: unknown) => {
         await deleteTopic(topic);
         throw err;
       });
@@ -179,7 +193,7 @@ async function measure(together: readonly (typeof builds)[number][], points: num
 /** µs of CPU per request of a service that refuses every request (no broker), 100-point bodies. */
 async function measureRefused(build: (typeof builds)[number]): Promise<{ requests: number; usPerRequest: number }> {
   const closed = await freePort(); // nothing listens there: the producer stays 'connecting'
-  const target = await startTarget('ours', await freePort(), { MQ_BROKERS: `127.0.0.1:${closed}`, WORKERS }, build.entry, 'listening', build.node);
+  const target = await startTarget('ours', await freePort(), { MQ_BROKERS: `127.0.0.1:${closed}`, WORKERS, ...build.env }, build.entry, 'listening', build.node);
   try {
     const payload = JSON.stringify(benchPoints(100, 'refused'));
     await wrk(target.url, payload, 2);
@@ -202,7 +216,7 @@ function roundOrder(round: number): typeof builds {
 
 const f = (n: number, d = 2) => n.toFixed(d);
 const rows: Row[] = [];
-console.log(`${RATES === null ? `wrk -t1 -c${CONNECTIONS}` : `${RATES.join(' / ')} points/s paced over ${CONNECTIONS} connections${DISTINCT ? ', 500 bodies of distinct coordinates' : ''}`}, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up (the broker's ${BROKER_WARMUP_SECONDS} s before), WORKERS=${WORKERS}, ${ROUNDS} rounds${TOGETHER ? ', the builds of a round loaded at the same time' : ''}; builds: ${builds.map((b) => `${b.entry ?? b.name} on ${nodeVersion(b.node)}`).join(' vs ')}`);
+console.log(`${RATES === null ? `wrk -t1 -c${CONNECTIONS}` : `${RATES.join(' / ')} points/s paced over ${CONNECTIONS} connections${DISTINCT ? ', 500 bodies of distinct coordinates' : ''}`}, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up (the broker's ${BROKER_WARMUP_SECONDS} s before), WORKERS=${WORKERS}, ${ROUNDS} rounds${TOGETHER ? ', the builds of a round loaded at the same time' : ''}; builds: ${builds.map((b) => `${b.entry ?? b.name} on ${nodeVersion(b.node)}${Object.keys(b.env).length > 0 ? ` with ${Object.entries(b.env).map(([k, v]) => `${k}=${v}`).join(' ')}` : ''}`).join(' vs ')}`);
 console.log('| build | points per request | round | µs CPU per point | of which JS thread / librdkafka / other | µs CPU per request | points/s | p99 ms | non-2xx | delivered / accepted |');
 console.log('|---|---|---|---|---|---|---|---|---|---|');
 try {

@@ -34,12 +34,11 @@
 //
 // On the malloc the service's workers get (WORKER_MALLOC, src/process/allocator.ts): with jemalloc installed,
 // this process starts itself again with it preloaded, as the supervisor starts a worker.
-import { spawn, type ChildProcessByStdio } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { isUtf8 } from 'node:buffer';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import Kafka from 'node-rdkafka';
@@ -57,6 +56,7 @@ import { cpuSeconds, threadCpuSeconds } from './lib/procfs.js';
 import { DESIGN_LOAD } from './lib/design-load.js';
 import { pacedLoad, type PacedResult } from './lib/paced-load.js';
 import { benchPoints } from './lib/points.js';
+import { startBareHttp } from './lib/targets.js';
 
 const REQUESTS = Number(process.env.FLOOR_REQUESTS ?? 20_000);
 const MESSAGES = Number(process.env.FLOOR_MESSAGES ?? 1_000_000);
@@ -196,16 +196,8 @@ async function produce(topic: string, handover: Handover, reports: Reports, stat
   return { js: js / MESSAGES, librdkafka: librdkafka / MESSAGES, total: (js + librdkafka) / MESSAGES, reports: reports === 'counted per tag' ? acknowledged : reported };
 }
 
-const BARE_HTTP = fileURLToPath(new URL('./lib/bare-http.js', import.meta.url));
 
 /** Bare uWebSockets.js processes on one port (SO_REUSEPORT, as the service's workers), once each says it listens. */
-async function startBareHttp(port: number, processes: number, workUs: number, commitDir?: string): Promise<ChildProcessByStdio<null, Readable, null>[]> {
-  const args = [BARE_HTTP, String(port), String(workUs), ...(commitDir === undefined ? [] : [commitDir])];
-  const servers = Array.from({ length: processes }, () => spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] }));
-  await Promise.all(servers.map((server) => new Promise<void>((resolve) => server.stdout.once('data', () => resolve()))));
-  return servers;
-}
-
 /** CPU per request of a bare uWebSockets.js process answering 202, under closed-loop load. */
 async function httpFloor(): Promise<{ perRequest: number; requestsPerSecond: number }> {
   const port = await freePort();

@@ -1,8 +1,9 @@
 // The two implementations under test, started as separate processes the way they run in production.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess, type ChildProcessByStdio } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 
 export type Impl = 'ours' | 'baseline';
@@ -61,4 +62,17 @@ export async function startTarget(impl: Impl, port: number, env: Record<string, 
   }
   proc.kill('SIGKILL');
   throw new Error(`${impl} did not become ready on ${url}`);
+}
+
+const BARE_HTTP = fileURLToPath(new URL('./bare-http.js', import.meta.url));
+
+/**
+ * `processes` bare uWebSockets.js servers on one port (bare-http.ts: each request answered 202, after
+ * `workUs` of busy CPU, and with `commitDir` after an fdatasync): the floor a service is held against.
+ */
+export async function startBareHttp(port: number, processes: number, workUs: number, commitDir?: string): Promise<ChildProcessByStdio<null, Readable, null>[]> {
+  const args = [BARE_HTTP, String(port), String(workUs), ...(commitDir === undefined ? [] : [commitDir])];
+  const servers = Array.from({ length: processes }, () => spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] }));
+  await Promise.all(servers.map((server) => new Promise<void>((resolve) => server.stdout.once('data', () => resolve()))));
+  return servers;
 }

@@ -169,8 +169,8 @@ export class HttpServer {
         done = true;
         this.bodiesReading--;
         this.tally.bytes += received;
-        const readSoFar = this.track.keepsRefused ? Buffer.concat([...(parts ?? []), new Uint8Array(chunk)]) : null;
-        this.track.tooLarge(x, gzipped, readSoFar);
+        // What was read, gathered only when the refusal is kept (the chunk is valid during this call).
+        this.track.tooLarge(x, gzipped, () => Buffer.concat([...(parts ?? []), new Uint8Array(chunk)]));
         return;
       }
       if (!isLast) {

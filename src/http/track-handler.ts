@@ -38,6 +38,8 @@ export interface TrackExchange {
 
 /** Where requests refused for their content are kept (refused/refused-requests.ts). */
 export interface RefusedKeeper {
+  /** Whether the next refusal is kept (within MQ_REFUSED_RATE): asked before anything is gathered. */
+  admit(): boolean;
   keep(request: RefusedRequest): void;
 }
 
@@ -109,17 +111,14 @@ export class TrackHandler {
     return { gzipped, waits };
   }
 
-  /** Whether refusals are kept: the HTTP edge then gives tooLarge() what it read. */
-  get keepsRefused(): boolean {
-    return this.refusedKeeper !== null;
-  }
-
   /**
-   * The body grew past MAX_BODY_BYTES while being read: refused, the rest of it unread. `readSoFar`:
-   * what was read (when keepsRefused).
+   * The body grew past MAX_BODY_BYTES while being read: refused, the rest of it unread. `readSoFar`
+   * gathers what was read, asked only when the refusal is kept.
    */
-  tooLarge(x: TrackExchange, gzipped: boolean, readSoFar: Uint8Array | null): void {
-    if (readSoFar !== null) this.keepRefused(x, this.answers.tooLarge, { received: readSoFar, decoded: null, gzipped, partial: true, sentBytes: null, contentType: '', contentEncoding: gzipped ? 'gzip' : '' });
+  tooLarge(x: TrackExchange, gzipped: boolean, readSoFar: () => Uint8Array): void {
+    if (this.refusedKeeper?.admit() === true) {
+      this.keepRefused(x, this.answers.tooLarge, { received: readSoFar(), decoded: null, gzipped, partial: true, sentBytes: null, contentType: '', contentEncoding: gzipped ? 'gzip' : '' });
+    }
     this.answer(x, this.answers.tooLarge, true);
   }
 
@@ -142,7 +141,7 @@ export class TrackHandler {
 
   /** A request refused for its body (400, 413): kept when the topic is set, then answered. */
   private refuseBody(x: TrackExchange, answer: TrackAnswer, body: Uint8Array, gzipped: boolean, inflated: Uint8Array | null): void {
-    if (this.refusedKeeper !== null) {
+    if (this.refusedKeeper?.admit() === true) {
       this.keepRefused(x, answer, { received: body, decoded: inflated, gzipped, partial: false, sentBytes: body.byteLength, contentType: '', contentEncoding: gzipped ? 'gzip' : '' });
     }
     this.answer(x, answer, false);
@@ -150,13 +149,14 @@ export class TrackHandler {
 
   /** A request refused from its headers (415, 413 by Content-Length): kept without a body, then answered. */
   private refuseFromHeaders(x: TrackExchange, answer: TrackAnswer, contentType: string, contentEncoding: string, contentLength: string): null {
-    if (this.refusedKeeper !== null) {
+    if (this.refusedKeeper?.admit() === true) {
       const sentBytes = /^\d+$/.test(contentLength) ? Number(contentLength) : null;
       this.keepRefused(x, answer, { received: null, decoded: null, gzipped: false, partial: false, sentBytes, contentType, contentEncoding });
     }
     return this.answer(x, answer, true);
   }
 
+  /** Hands an admitted refusal over, with its answer and its client. */
   private keepRefused(x: TrackExchange, answer: TrackAnswer, body: RefusedBody): void {
     if (this.refusedKeeper === null || answer.reason === undefined) return;
     this.refusedKeeper.keep({ ...body, code: answer.reason, status: answer.status, message: answer.message ?? '', ...(answer.details === undefined ? {} : { details: answer.details }), client: x.client() });

@@ -68,6 +68,21 @@ export class RefusedProducer {
       for (const waiter of this.connectedWaiters) waiter();
       this.connectedWaiters.clear();
       this.log.debug({ topic: this.topic }, 'refused-requests producer connected');
+      this.checkTopic();
+    });
+  }
+
+  /**
+   * Says at start when the topic is missing: its messages would only be counted as failed, 30 s after
+   * each refusal, and the operator who set MQ_REFUSED_TOPIC expects to find them.
+   */
+  private checkTopic(): void {
+    this.producer.getMetadata({ topic: this.topic, timeout: CONNECT_TIMEOUT_MS }, (err, metadata) => {
+      if (err) return;
+      const found = metadata.topics.find((t) => t.name === this.topic);
+      if (found === undefined || found.partitions.length === 0) {
+        this.log.warn({ topic: this.topic }, `MQ_REFUSED_TOPIC ${this.topic} does not exist: refused requests are not kept (counted as failed) until it is created`);
+      }
     });
   }
 

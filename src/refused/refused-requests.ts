@@ -3,8 +3,8 @@
 // nothing of their 400s; this is how an operator sees which containers send bad points, which field is
 // wrong and what the bodies looked like.
 //
-//   HTTP edge ─keep(request)─▶ over MQ_REFUSED_RATE? counted, dropped
-//                               ▼
+//   HTTP edge ─admit()─▶ over MQ_REFUSED_RATE? counted, dropped
+//                ─keep(request)─▼
 //              the body after gunzip, cut to MQ_REFUSED_MAX_BYTES, headers saying why ─▶ refused-producer.ts
 //
 // The message: the key is the body's first container_id when one can be read (a device's refusals stay
@@ -51,7 +51,8 @@ export interface RefusedSender {
 }
 
 /** Why a refused request was not written: over the rate, or the producer's own refusals. */
-export type Dropped = 'over_rate' | NotSent;
+export const DROPPED = ['over_rate', 'unavailable', 'queue_full'] as const satisfies readonly ('over_rate' | NotSent)[];
+export type Dropped = (typeof DROPPED)[number];
 
 /** A key longer than this is cut: a refused body's container_id may be of any length. */
 const KEY_MAX_CHARS = 256;
@@ -74,12 +75,18 @@ export class RefusedRequests {
     this.refilledAt = now();
   }
 
-  /** Keeps one refused request, unless the rate is spent. Copies what it keeps before it returns. */
+  /**
+   * Whether the next refusal may be kept: a token of MQ_REFUSED_RATE, or counted over_rate. Asked
+   * before anything of the request is gathered, so that a flood over the rate costs a comparison.
+   */
+  admit(): boolean {
+    if (this.takeToken()) return true;
+    this.onDropped('over_rate');
+    return false;
+  }
+
+  /** Keeps one refused request that admit() let through. Copies what it keeps before it returns. */
   keep(request: RefusedRequest): void {
-    if (!this.takeToken()) {
-      this.onDropped('over_rate');
-      return;
-    }
     const at = Date.now();
     const { received, decoded } = request;
     if (received !== null && request.gzipped && decoded === null) {

@@ -9,7 +9,7 @@ import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { consumeAll, createTopic, deleteTopic, uniqueTopic, type ConsumedMessage } from '../../support/kafka.js';
 import { parseAnswer, raw } from '../helpers/raw-http.js';
-import { point, startService, type Service } from '../helpers/service.js';
+import { point, startService, until, type Service } from '../helpers/service.js';
 
 const run = promisify(execFile);
 const REFUSED_TABLE = fileURLToPath(new URL('../../dist/scripts/refused.js', import.meta.url));
@@ -118,7 +118,8 @@ describe('requests refused for their content, kept on MQ_REFUSED_TOPIC', () => {
 
     const cut = byCode('validation_failed').find((m) => m.key === 'MSKU-long-0')!;
     expect([cut.value.length, cut.headers['body.kept']]).toEqual([1024, `cut to 1024 of ${long.byteLength} bytes (MQ_REFUSED_MAX_BYTES=1024)`]);
-    expect(await metric(withTopic.url, 'ingest_refused_requests_written_total')).toBe(10);
+    // Counted once Kafka's acknowledgement is reported (polled every 100 ms).
+    await until('10 refused requests counted as written', async () => (await metric(withTopic.url, 'ingest_refused_requests_written_total')) === 10, 5_000);
     expect(await metric(without.url, 'ingest_refused_requests_written_total')).toBe(0);
 
     // `make refused`: the newest rows, newest last, one line each.
@@ -154,7 +155,8 @@ describe('a flood of refused requests, and the refused topic gone', () => {
       const seconds = (Date.now() - started) / 1000;
       expect(new Set(statuses)).toEqual(new Set([400]));
       expect(new Set(valid)).toEqual(new Set([202]));
-      const written = await consumeAll(refusedTopic, { expected: 20, partitions: 1, idleMs: 1500 });
+      // The refused-requests producer sends a batch a second: read until none came for 3 s.
+      const written = await consumeAll(refusedTopic, { expected: 20, partitions: 1, idleMs: 3000 });
       // The bucket holds a second's worth at the start, then fills at the rate.
       expect(written.length).toBeGreaterThanOrEqual(20);
       expect(written.length).toBeLessThanOrEqual(Math.ceil(20 * (seconds + 1)));
@@ -182,4 +184,18 @@ describe('a flood of refused requests, and the refused topic gone', () => {
       await deleteTopic(pointsTopic);
     }
   }, 120_000);
+
+  it('says at start when MQ_REFUSED_TOPIC does not exist, and serves valid requests all the same', async () => {
+    const missing = uniqueTopic('refused-missing');
+    const pointsTopic = await createTopic(uniqueTopic('points-missing'), 3);
+    const service = await startService({ ...LIMITS, MQ_TOPIC: pointsTopic, MQ_REFUSED_TOPIC: missing });
+    try {
+      await until('the warning', async () => service.output.some((l) => l.includes(`MQ_REFUSED_TOPIC ${missing} does not exist`)), 10_000);
+      expect((await send(service.url, { name: 'ok', body: json([point('MSKU-1')]) })).status).toBe(202);
+      expect((await send(service.url, { name: 'bad', body: Buffer.from('[') })).status).toBe(400);
+    } finally {
+      await service.stop();
+      await deleteTopic(pointsTopic);
+    }
+  }, 60_000);
 });

@@ -113,7 +113,7 @@ describe('TrackHandler: taking a body', () => {
   it('refuses a body that grew past MAX_BODY_BYTES while being read, the rest unread', () => {
     const { h } = handler();
     const x = exchange();
-    h.tooLarge(x, false, null);
+    h.tooLarge(x, false, () => new Uint8Array(0));
     expect(x.answers).toEqual([{ status: 413, error: 'payload_too_large', stopReading: true }]);
   });
 
@@ -181,7 +181,7 @@ describe('TrackHandler: requests refused for their content, handed to the refuse
   function keeping() {
     const kept: RefusedRequest[] = [];
     const producer = new FakeSink();
-    const h = new TrackHandler(loadConfig({ MAX_BODY_BYTES: '4096', MQ_REFUSED_TOPIC: 'refused' }), producer, createWorkerMetrics('t'), { keep: (r) => void kept.push(r) });
+    const h = new TrackHandler(loadConfig({ MAX_BODY_BYTES: '4096', MQ_REFUSED_TOPIC: 'refused' }), producer, createWorkerMetrics('t'), { admit: () => true, keep: (r) => void kept.push(r) });
     return { h, producer, kept };
   }
 
@@ -190,7 +190,7 @@ describe('TrackHandler: requests refused for their content, handed to the refuse
     h.admit(exchange(), 'text/csv', '', '12');
     h.admit(exchange(), '', 'br', '');
     h.admit(exchange(), '', '', '99999');
-    h.tooLarge(exchange(), false, Buffer.from('[{"container_id":"c'));
+    h.tooLarge(exchange(), false, () => Buffer.from('[{"container_id":"c'));
     post(h, exchange(), Buffer.from('[{"container_id":"c1",'));
     post(h, exchange(), Buffer.from('[{"container_id":"c1","lat":95,"lon":0,"timestamp":"2024-05-01T12:00:00Z"}]'));
     post(h, exchange(), gzipSync(Buffer.from('[1,2]')), { encoding: 'gzip' });
@@ -207,5 +207,22 @@ describe('TrackHandler: requests refused for their content, handed to the refuse
       ['validation_failed', 400, gzipSync(Buffer.from('[1,2]')).toString(), expect.any(Number), '192.0.2.7'],
     ]);
     expect([kept[0]!.contentType, kept[1]!.contentEncoding, kept[3]!.partial, kept[5]!.details?.[0]?.field, kept[6]!.decoded?.toString()]).toEqual(['text/csv', 'br', true, 'lat', '[1,2]']);
+  });
+
+  it('over the rate, gathers nothing of the request (not even what was read) and answers the same', () => {
+    let gathered = 0;
+    const h = new TrackHandler(loadConfig({ MAX_BODY_BYTES: '4096' }), new FakeSink(), createWorkerMetrics('t'), {
+      admit: () => false,
+      keep: () => void gathered++,
+    });
+    const [a, b, c] = [exchange(), exchange(), exchange()];
+    h.admit(a, 'text/csv', '', '');
+    post(h, b, Buffer.from('[{"container_id":"c1",'));
+    h.tooLarge(c, false, () => {
+      gathered++;
+      return new Uint8Array(0);
+    });
+    expect(gathered).toBe(0);
+    expect([...a.answers, ...b.answers, ...c.answers].map((x) => x.status)).toEqual([415, 400, 413]);
   });
 });

@@ -123,10 +123,11 @@ describe('the message of a refused request', () => {
 describe('the rate of refused requests kept', () => {
   it('writes at most MQ_REFUSED_RATE a second, as many at once, and counts the rest as over_rate', () => {
     const { k, sent, dropped, advance } = keeper({ rate: 10 });
-    for (let i = 0; i < 25; i++) k.keep(request());
+    const offer = () => k.admit() && void k.keep(request());
+    for (let i = 0; i < 25; i++) offer();
     expect([sent.length, dropped.length]).toEqual([10, 15]);
     advance(500);
-    for (let i = 0; i < 25; i++) k.keep(request());
+    for (let i = 0; i < 25; i++) offer();
     expect([sent.length, dropped.length]).toEqual([15, 35]);
     expect(new Set(dropped)).toEqual(new Set(['over_rate']));
   });
