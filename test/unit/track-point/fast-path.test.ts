@@ -110,3 +110,27 @@ describe('compileFastPath', () => {
     }
   });
 });
+
+describe('validatePoints: the refusal of a request', () => {
+  const points = z.array(TrackPointSchema);
+  it("says what zod's own safeParse says, issue for issue, for any points (it runs the schema without safeParse's failure object)", () => {
+    fc.assert(
+      fc.property(fc.array(point, { minLength: 1, maxLength: 6 }), (raw) => {
+        const input = asParsed(raw);
+        const ours = validatePoints(input);
+        const zods = points.safeParse(input);
+        if (zods.success) {
+          expect(ours).toEqual({ ok: true, points: zods.data });
+          return;
+        }
+        const issues = zods.error.issues.slice(0, 100);
+        expect(ours).toEqual({
+          ok: false,
+          invalidPoints: new Set(zods.error.issues.map((i) => i.path[0])).size,
+          details: issues.map((i) => (i.path[1] === undefined ? { index: i.path[0], message: i.message } : { index: i.path[0], field: String(i.path[1]), message: i.message })),
+        });
+      }),
+      { numRuns: 2000 },
+    );
+  });
+});
