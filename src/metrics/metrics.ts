@@ -290,18 +290,29 @@ function journalMetrics({ registers, delta }: Registrar) {
   };
 }
 
-/** The refused-requests topic (MQ_REFUSED_TOPIC, refused/refused-requests.ts); 0 while it is off. */
-function refusedMetrics({ registers }: Registrar) {
+/** Why a refused request was not written to MQ_REFUSED_TOPIC (the label values of its counter). */
+export const REFUSED_DROPPED = ['over_rate', 'unavailable', 'queue_full', 'failed'] as const;
+
+/**
+ * The refused-requests topic (MQ_REFUSED_TOPIC, refused/refused-requests.ts); 0 while it is off. What
+ * was dropped is counted as plain numbers, read at scrape time: a flood counts thousands a second,
+ * and a prom-client child hashes its labels on every call.
+ */
+function refusedMetrics({ registers, delta }: Registrar) {
   const refusedWritten = new Counter({
     name: `${METRIC_PREFIX}refused_requests_written_total`,
     help: 'Requests refused for their content (400, 413, 415) written to MQ_REFUSED_TOPIC and acknowledged by Kafka.',
     registers,
   });
-  const refusedDropped = new Counter({
+  const refusedDropped = Object.fromEntries(REFUSED_DROPPED.map((reason) => [reason, 0])) as Record<(typeof REFUSED_DROPPED)[number], number>;
+  new Counter({
     name: `${METRIC_PREFIX}refused_requests_dropped_total`,
     help: 'Requests refused for their content and not written to MQ_REFUSED_TOPIC, by reason: over_rate (more than MQ_REFUSED_RATE a second in this worker), unavailable (no connection to Kafka), queue_full (its queue full), failed (Kafka did not take it: the topic missing, no leader; logged).',
     labelNames: ['reason'] as const,
     registers,
+    collect() {
+      for (const reason of REFUSED_DROPPED) this.labels(reason).inc(delta(`refused-dropped:${reason}`, refusedDropped[reason]));
+    },
   });
   return { refusedWritten, refusedDropped };
 }

@@ -25,7 +25,7 @@ import { producerSettings, refusedProducerSettings } from '../kafka/settings.js'
 import { createLogger, type Logger } from '../log.js';
 import { clusterMetricsClient } from '../metrics/aggregate.js';
 import { createWorkerMetrics } from '../metrics/metrics.js';
-import { DROPPED, RefusedRequests, type Dropped } from '../refused/refused-requests.js';
+import { RefusedRequests } from '../refused/refused-requests.js';
 import { WriteAhead } from '../write-ahead/write-ahead.js';
 import { runsOnJemalloc } from './allocator.js';
 import { isPrimaryMessage, sendToPrimary, workerSlot } from './cluster-protocol.js';
@@ -78,7 +78,7 @@ export async function runWorker(config: Config): Promise<void> {
       const settings = refusedProducerSettings(config, `track-ingest-refused-${hostname()}-${workerId}`, config.refused);
       refusedProducer = new RefusedProducer(config.refused.topic, settings, log, (error) => {
         if (error === null) metrics.refusedWritten.inc();
-        else metrics.refusedDropped.labels('failed').inc();
+        else metrics.refusedDropped.failed++;
       });
     }
   } catch (err) {
@@ -91,7 +91,7 @@ export async function runWorker(config: Config): Promise<void> {
   refusedProducer?.start();
   const refused = config.refused === null || refusedProducer === null
     ? null
-    : new RefusedRequests(config.refused, refusedProducer, `${hostname()}/${slot}`, droppedCounter(metrics));
+    : new RefusedRequests(config.refused, refusedProducer, `${hostname()}/${slot}`, (reason) => void metrics.refusedDropped[reason]++);
 
   const server = new HttpServer({
     config,
@@ -170,12 +170,6 @@ export async function runWorker(config: Config): Promise<void> {
   }
   log.debug({ listen: config.listen }, 'worker listening');
   sendToPrimary({ type: 'ingest:worker-listening' });
-}
-
-/** Counts a refused request not written, by reason; the children bound once (a flood counts thousands a second). */
-function droppedCounter(metrics: ReturnType<typeof createWorkerMetrics>): (reason: Dropped) => void {
-  const children = Object.fromEntries(DROPPED.map((reason) => [reason, metrics.refusedDropped.labels(reason)])) as Record<Dropped, { inc(): void }>;
-  return (reason) => children[reason].inc();
 }
 
 /**

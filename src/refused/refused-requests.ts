@@ -51,8 +51,7 @@ export interface RefusedSender {
 }
 
 /** Why a refused request was not written: over the rate, or the producer's own refusals. */
-export const DROPPED = ['over_rate', 'unavailable', 'queue_full'] as const satisfies readonly ('over_rate' | NotSent)[];
-export type Dropped = (typeof DROPPED)[number];
+export type Dropped = 'over_rate' | NotSent;
 
 /** A key longer than this is cut: a refused body's container_id may be of any length. */
 const KEY_MAX_CHARS = 256;
