@@ -71,12 +71,15 @@ export class HttpServer {
   private bodiesReading = 0;
   /** While shutting down, every response closes its connection so keep-alive clients move on. */
   private draining = false;
+  /** Refusals are kept (MQ_REFUSED_TOPIC): a request's client may be asked for. */
+  private readonly keepsRefused: boolean;
   /** X-Forwarded-For and X-Api-Key-Name are read: refusals are kept and the gateway is trusted. */
   private readonly readsGatewayHeaders: boolean;
 
   constructor(private readonly deps: ServerDeps) {
     this.track = new TrackHandler(deps.config, deps.sink, deps.metrics, deps.refused);
-    this.readsGatewayHeaders = deps.refused !== null && deps.config.trustGatewayHeaders;
+    this.keepsRefused = deps.refused !== null;
+    this.readsGatewayHeaders = this.keepsRefused && deps.config.trustGatewayHeaders;
     const m = deps.metrics;
     this.tally = m.track.tally;
     const routeMetrics = Object.fromEntries(GET_PATHS.map((path) => [path, m.other(path)])) as Record<GetPath, RouteMetrics>;
@@ -142,7 +145,8 @@ export class HttpServer {
       started: performance.now(),
       aborted: () => aborted,
       answer: (outcome, stopReading) => this.finishTrack(res, outcome, stopReading),
-      client: () => requestClient(res, aborted, forwardedFor, apiKeyName),
+      // Asked only when a refusal is kept: without MQ_REFUSED_TOPIC, no closure a request.
+      client: this.keepsRefused ? () => requestClient(res, aborted, forwardedFor, apiKeyName) : NO_CLIENT,
     };
     // Headers must be read now: uWS reuses `req` once this function returns.
     const admitted = this.track.admit(x, req.getHeader(H_CONTENT_TYPE), req.getHeader(H_CONTENT_ENCODING), req.getHeader(H_CONTENT_LENGTH));
@@ -250,6 +254,9 @@ export class HttpServer {
     );
   }
 }
+
+/** The client of every request while refusals are not kept (never asked then). */
+const NO_CLIENT = (): RequestClient => ({ address: 'unknown', apiKeyName: null });
 
 /**
  * Who sent a request: the last address of X-Forwarded-For (the one the gateway saw) when the gateway
