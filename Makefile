@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help install build run gateway test test-faults test-image test-node24 test-node22-smoke test-unit fuzz broker broker-stop cluster cluster-stop consume refused openapi bench bench-floor bench-cpu bench-node24 bench-journal bench-refused bench-gateway bench-replay clean
+.PHONY: help install build run gateway test test-faults test-image test-node24 test-node22-smoke test-unit fuzz broker broker-stop cluster cluster-stop consume refused openapi bench bench-floor bench-cpu bench-node24 bench-journal bench-refused bench-exactly-once bench-gateway bench-replay clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -85,6 +85,11 @@ bench-refused: build ## the design load's p99 with and without a flood of 5,000 
 bench-journal: build ## the journal's own CPU per point (append, acknowledgements, marks), both JOURNAL_SYNC modes, no broker (JOURNAL_COMPARE=other/dist/src/journal/journal.js: side by side)
 	@npx tsc -p .
 	@node dist/bench/journal.js
+
+bench-exactly-once: build ## DELIVERY=exactly-once against the default (and an A/A pair) at the design load under vegeta: p99 of the 202, and from a 202 to a read_committed consumer (about 8 minutes)
+	@npx tsc -p .
+	@scripts/need-packages.sh $(JEMALLOC)
+	@scripts/with-broker.sh node dist/bench/exactly-once.js
 
 bench-gateway: build ## the reference gateway under vegeta (open loop): rate held, tail, CPU of nginx, Redis and the service per request (GW_* in bench/gateway.ts)
 	@npx tsc -p .

@@ -40,7 +40,8 @@
 // CPU_ENV / CPU_COMPARE_ENV: more environment for this tree / for the compared builds, as
 // comma-separated NAME=VALUE pairs: one build against itself with a setting on and off (e.g.
 // CPU_ENV=MQ_REFUSED_TOPIC=bench.refused CPU_COMPARE=dist/src/main.js,dist/src/main.js: the
-// refused-requests topic's cost to accepted requests, with an A/A pair).
+// refused-requests topic's cost to accepted requests, with an A/A pair; CPU_ENV=DELIVERY=exactly-once:
+// the cost of transactions, each build of it given a positions topic of its own).
 import { execFile, execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -143,7 +144,9 @@ async function measure(together: readonly (typeof builds)[number][], points: num
     for (const build of together) {
       const id = `cpu${Date.now().toString(36)}${started.length}`;
       const topic = await createTopic(`bench.${id}.${points}`);
-      const target = await startTarget('ours', await freePort(), { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS, ...build.env }, build.entry, 'ready', build.node).catch(async (err: unknown) => {
+      // DELIVERY=exactly-once: its positions topic, compacted (kafka/positions.ts).
+      const positions = build.env.DELIVERY === 'exactly-once' ? await createTopic(`${topic}.positions`, 1, 1, { config: { 'cleanup.policy': 'compact' } }) : null;
+      const target = await startTarget('ours', await freePort(), { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS, ...(positions === null ? {} : { MQ_POSITIONS_TOPIC: positions, INSTANCE_ID: id }), ...build.env }, build.entry, 'ready', build.node).catch(async (err: unknown) => {
         await deleteTopic(topic);
         throw err;
       });
@@ -186,6 +189,7 @@ async function measure(together: readonly (typeof builds)[number][], points: num
     for (const s of started) {
       await s.target.stop();
       await deleteTopic(s.topic);
+      if (s.build.env.DELIVERY === 'exactly-once') await deleteTopic(`${s.topic}.positions`);
     }
   }
 }

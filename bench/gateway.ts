@@ -13,8 +13,11 @@
 //   GW_FLOOR=1           a row against a static nginx `return 202` (no service): the generator's own floor,
 //                        and what nginx costs when it proxies nothing
 //   GW_MAX_WORKERS       vegeta's -max-workers (unset: its default, unbounded)
+//   GW_IDEMPOTENCY=1     each gateway variant twice: without an Idempotency-Key, and with a new one on
+//                        every request (deploy/gateway/README.md, "Idempotency-Key"): what the key costs
 //   GW_COMPARE_ROOT      another checkout: a row through its gateway too (its scripts/gateway.sh, its
-//                        defaults; the same X-Api-Key header, whatever that gateway makes of it)
+//                        defaults; an API key provisioned as this checkout does), and with
+//                        GW_IDEMPOTENCY=1 a row with an Idempotency-Key on every request
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -38,6 +41,7 @@ const FLOOR = env.GW_FLOOR !== '0';
 const MAX_WORKERS = env.GW_MAX_WORKERS === undefined ? undefined : Number(env.GW_MAX_WORKERS);
 const VARIANTS = (env.GW_VARIANTS ?? 'default').split(';').map((v) => v.trim()).filter(Boolean);
 const RUN_ID = `g${Date.now().toString(36)}`;
+const IDEMPOTENCY = env.GW_IDEMPOTENCY === '1';
 
 interface Row {
   name: string;
@@ -65,13 +69,14 @@ async function main(): Promise<void> {
   const rows: Row[] = [];
   try {
     // nginxPid: an nginx that is not a gateway (the floor's), whose CPU is counted all the same.
-    const measure = async (name: string, url: string, headers: Record<string, string>, gateway: Gateway | null, nginxPid?: number) => {
-      if (WARMUP_SECONDS > 0) await vegetaAttack(vegeta, { url, bodyFile, headers, rate: RATE / 2, seconds: WARMUP_SECONDS, dir, maxWorkers: MAX_WORKERS });
+    const measure = async (name: string, url: string, headers: Record<string, string>, gateway: Gateway | null, nginxPid?: number, keyed = false) => {
+      const unique = (phase: string) => (keyed ? { uniqueHeader: { name: 'Idempotency-Key', prefix: `${RUN_ID}-${rows.length}-${phase}` } } : {});
+      if (WARMUP_SECONDS > 0) await vegetaAttack(vegeta, { url, bodyFile, headers, rate: RATE / 2, seconds: WARMUP_SECONDS, dir, maxWorkers: MAX_WORKERS, ...unique('warm') });
       const nginxMain = gateway?.nginxPid() ?? nginxPid;
       const nginxPids = nginxMain === undefined ? [] : processTree(nginxMain);
       const redisPid = gateway?.redisPid() ?? null;
       const before = { nginx: cpuSeconds(nginxPids), redis: redisPid === null ? 0 : cpuSeconds([redisPid]), service: cpuSeconds(servicePids) };
-      const { report, cpuSeconds: vegetaCpu } = await vegetaAttack(vegeta, { url, bodyFile, headers, rate: RATE, seconds: SECONDS, dir, maxWorkers: MAX_WORKERS });
+      const { report, cpuSeconds: vegetaCpu } = await vegetaAttack(vegeta, { url, bodyFile, headers, rate: RATE, seconds: SECONDS, dir, maxWorkers: MAX_WORKERS, ...unique('run') });
       const row: Row = {
         name,
         report,
@@ -97,7 +102,10 @@ async function main(): Promise<void> {
     if (env.GW_COMPARE_ROOT !== undefined) {
       const gateway = await startGateway({ upstream: new URL(service.url).host, root: env.GW_COMPARE_ROOT, env: { GATEWAY_RATE_LIMIT: '1000000', GATEWAY_WORKERS: 'auto' } });
       try {
-        await measure(`gateway of ${env.GW_COMPARE_ROOT}`, gateway.url, { 'X-Api-Key': 'bench' }, gateway);
+        // A key provisioned the way this checkout does it; a gateway that knows no keys ignores the header.
+        const key = await addApiKey(gateway.redisUrl, 'bench', 1_000_000).catch(() => 'bench');
+        await measure(`gateway of ${env.GW_COMPARE_ROOT}`, gateway.url, { 'X-Api-Key': key }, gateway);
+        if (IDEMPOTENCY) await measure(`gateway of ${env.GW_COMPARE_ROOT}, Idempotency-Key on every request`, gateway.url, { 'X-Api-Key': key }, gateway, undefined, true);
       } finally {
         await gateway.stop();
         rmSync(gateway.runDir, { recursive: true, force: true });
@@ -109,6 +117,7 @@ async function main(): Promise<void> {
         // One fleet's key, with a limit far above the load: every request is looked up and counted, none refused.
         const key = await addApiKey(gateway.redisUrl, 'bench', 1_000_000);
         await measure(`gateway ${variant}`, gateway.url, { 'X-Api-Key': key }, gateway);
+        if (IDEMPOTENCY) await measure(`gateway ${variant}, Idempotency-Key on every request`, gateway.url, { 'X-Api-Key': key }, gateway, undefined, true);
       } finally {
         await gateway.stop();
         rmSync(gateway.runDir, { recursive: true, force: true });

@@ -13,6 +13,9 @@
 #   GATEWAY_RATE_LIMIT_SYNC_MS  10       how often each nginx worker adds its counts to Redis; 0: every
 #                                        request counted in Redis (exact across instances, dearer)
 #   GATEWAY_KEY_CACHE_S 10               how long a key's lookup is kept (a revoked key works that long)
+#   GATEWAY_IDEMPOTENCY_WINDOW_S 86400   how long a request's Idempotency-Key and its 202 are kept; 0: ignored
+#   GATEWAY_IDEMPOTENCY_SYNC_MS 5        how often at most each nginx worker writes its Idempotency-Keys to Redis,
+#                                        all in one round trip (a keyed request waits for the next); 0: every turn
 #   MAX_BODY_BYTES      1048576          the service's body limit, enforced here first
 #   GATEWAY_WORKERS     auto             nginx worker processes
 #   GATEWAY_ACCESS_LOG  off              a path for nginx's JSON access log (buffered 64 KiB / 1 s), or off
@@ -33,6 +36,8 @@ export GATEWAY_WORKERS=${GATEWAY_WORKERS:-auto}
 export GATEWAY_API_KEYS=${GATEWAY_API_KEYS:-required}
 export GATEWAY_RATE_LIMIT_SYNC_MS=${GATEWAY_RATE_LIMIT_SYNC_MS:-10}
 export GATEWAY_KEY_CACHE_S=${GATEWAY_KEY_CACHE_S:-10}
+export GATEWAY_IDEMPOTENCY_WINDOW_S=${GATEWAY_IDEMPOTENCY_WINDOW_S:-86400}
+export GATEWAY_IDEMPOTENCY_SYNC_MS=${GATEWAY_IDEMPOTENCY_SYNC_MS:-5}
 GATEWAY_REDIS_ADDR=${GATEWAY_REDIS_ADDR:-127.0.0.1:6379}
 
 [[ $GATEWAY_ADDR =~ ^(.*):([0-9]{1,5})$ ]] || die "GATEWAY_ADDR must look like 127.0.0.1:8000, got '$GATEWAY_ADDR'"
@@ -42,6 +47,8 @@ port=${BASH_REMATCH[2]}
 [[ $GATEWAY_API_KEYS =~ ^(required|off)$ ]] || die "GATEWAY_API_KEYS must be required or off, got '$GATEWAY_API_KEYS'"
 [[ $GATEWAY_RATE_LIMIT_SYNC_MS =~ ^[0-9]+$ ]] || die "GATEWAY_RATE_LIMIT_SYNC_MS must be a whole number of milliseconds (0: every request counted in Redis), got '$GATEWAY_RATE_LIMIT_SYNC_MS'"
 [[ $GATEWAY_KEY_CACHE_S =~ ^[0-9]+$ ]] || die "GATEWAY_KEY_CACHE_S must be a whole number of seconds, got '$GATEWAY_KEY_CACHE_S'"
+[[ $GATEWAY_IDEMPOTENCY_WINDOW_S =~ ^[0-9]+$ ]] || die "GATEWAY_IDEMPOTENCY_WINDOW_S must be a whole number of seconds (0: Idempotency-Key ignored), got '$GATEWAY_IDEMPOTENCY_WINDOW_S'"
+[[ $GATEWAY_IDEMPOTENCY_SYNC_MS =~ ^[0-9]+$ ]] || die "GATEWAY_IDEMPOTENCY_SYNC_MS must be a whole number of milliseconds (0: each key written in the event loop's turn it came in), got '$GATEWAY_IDEMPOTENCY_SYNC_MS'"
 [[ $MAX_BODY_BYTES =~ ^[0-9]+$ ]] || die "MAX_BODY_BYTES must be a whole number of bytes, got '$MAX_BODY_BYTES'"
 [[ $GATEWAY_WORKERS =~ ^(auto|[1-9][0-9]*)$ ]] || die "GATEWAY_WORKERS must be auto or a number, got '$GATEWAY_WORKERS'"
 [[ -z ${REDIS_URL:-} || $REDIS_URL =~ ^redis:// ]] || die "REDIS_URL must look like redis://host:port[/db], got '$REDIS_URL'"

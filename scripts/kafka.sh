@@ -11,7 +11,7 @@
 #                                     while fenced it answers metadata listing no broker (fault tests)
 #   scripts/kafka.sh stop [--cluster|--fencing|--all]
 #   scripts/kafka.sh status
-#   scripts/kafka.sh topic NAME [PARTITIONS] [--cluster|--fencing]  create if missing, then describe
+#   scripts/kafka.sh topic NAME [PARTITIONS] [KEY=VALUE...] [--cluster|--fencing]  create if missing (with those settings), then describe
 #   scripts/kafka.sh topic-placed NAME ASSIGNMENT --cluster  create with its replicas on given nodes
 #                                     (Kafka's --replica-assignment: 2:3,3:2 = two partitions on nodes 2 and 3)
 #   scripts/kafka.sh consume [TOPIC] [--cluster]             print key, partition, value from the start
@@ -237,11 +237,12 @@ wait_ready() {
   die "broker at $bootstrap did not answer a metadata request within ${KAFKA_START_TIMEOUT:-120} s (log: $RUN/$name/broker.log)"
 }
 
-# create_topic BOOTSTRAP NAME PARTITIONS RF
+# create_topic BOOTSTRAP NAME PARTITIONS RF [CONFIG=VALUE ...]
 create_topic() {
-  local out tries=0
+  local out tries=0 configs=()
+  for c in "${@:5}"; do configs+=(--config "$c"); done
   until out=$(tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$1" --command-config "$RUN/tools.properties" \
-      --create --if-not-exists --topic "$2" --partitions "$3" --replication-factor "$4" 2>&1); do
+      --create --if-not-exists --topic "$2" --partitions "$3" --replication-factor "$4" "${configs[@]}" 2>&1); do
     # In a cluster, RF 3 needs all three brokers registered; they come up a moment apart.
     ((++tries < 30)) || { echo "$out" >&2; die "could not create topic $2"; }
     sleep 1
@@ -349,7 +350,7 @@ case $cmd in
   topic)
     fetch; write_log4j
     name=${args[0]:-$TOPIC_DEFAULT}; parts=${args[1]:-$PARTITIONS_DEFAULT}
-    create_topic "$(bootstrap)" "$name" "$parts" "$( ((cluster)) && echo 3 || echo 1)"
+    create_topic "$(bootstrap)" "$name" "$parts" "$( ((cluster)) && echo 3 || echo 1)" "${args[@]:2}"
     describe_topic "$(bootstrap)" "$name" ;;
   topic-placed)
     fetch; write_log4j

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make run`: the service in the foreground, against MQ_BROKERS or the local broker (see with-broker.sh).
-# On the local broker, MQ_REFUSED_TOPIC (when set) is created first, like the points' topic.
+# On the local broker, MQ_REFUSED_TOPIC (when set) is created first, like the points' topic, and with
+# DELIVERY=exactly-once the compacted positions topic.
 # Ctrl-C: the service drains and flushes, then the broker is stopped if it was started for this run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -11,6 +12,12 @@ exec scripts/with-broker.sh bash -c '
   if [[ $RUN_ON_LOCAL_BROKER == 1 && $refused != off ]]; then
     scripts/kafka.sh topic "$refused" 6 >/dev/null
     echo "run.sh: refused requests kept on topic $refused (make refused prints the last ones)"
+  fi
+  if [[ $RUN_ON_LOCAL_BROKER == 1 && ${DELIVERY:-at-least-once} == exactly-once ]]; then
+    positions=${MQ_POSITIONS_TOPIC:-auto}
+    [[ $positions == auto ]] && positions=${MQ_TOPIC:-container.telemetry}.positions
+    scripts/kafka.sh topic "$positions" 1 cleanup.policy=compact segment.ms=3600000 >/dev/null
+    echo "run.sh: DELIVERY=exactly-once, slot positions on topic $positions (consumers: isolation.level=read_committed)"
   fi
   echo "run.sh: service on ${LISTEN_ADDR:-:8080}, Kafka at $MQ_BROKERS, topic ${MQ_TOPIC:-container.telemetry}, journal in ${JOURNAL_DIR:-journal}/ (Ctrl-C stops)"
   exec node dist/src/main.js'

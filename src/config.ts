@@ -4,7 +4,7 @@
 // for WORKERS (the CPUs this process may use) and WORKER_MALLOC (jemalloc when installed) is resolved
 // here too, at the end of the file, so that the process model forks with settled values.
 import { existsSync, readFileSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
+import { availableParallelism, hostname } from 'node:os';
 import { z } from 'zod';
 
 export const DEFAULTS = {
@@ -35,10 +35,17 @@ export const DEFAULTS = {
   MQ_REFUSED_RATE: '50',
   MQ_REFUSED_MAX_BYTES: '65536',
   TRUST_GATEWAY_HEADERS: '0',
+  DELIVERY: 'at-least-once',
+  INSTANCE_ID: 'auto',
+  MQ_POSITIONS_TOPIC: 'auto',
+  TRANSACTION_COMMIT_INTERVAL_MS: '100',
+  TRANSACTION_MAX_POINTS: '10000',
+  TRANSACTION_TIMEOUT_MS: '10000',
 } as const;
 
 
 export type AckMode = 'async' | 'delivered';
+export type Delivery = 'at-least-once' | 'exactly-once';
 export type JournalSync = 'process' | 'disk';
 /** How V8 collects a worker's garbage: on its own thread alone, or with helper threads (V8's default). */
 export type WorkerGc = 'single-threaded' | 'parallel';
@@ -106,6 +113,30 @@ export interface Config {
    * Off, both headers are ignored (a client could send them itself).
    */
   trustGatewayHeaders: boolean;
+  /** DELIVERY=exactly-once: each slot produces in Kafka transactions (write-ahead/transactions.ts); null: at least once. */
+  exactlyOnce: ExactlyOnce | null;
+}
+
+/** DELIVERY=exactly-once: what the transactions of every slot share. */
+export interface ExactlyOnce {
+  /**
+   * This instance's stable name (INSTANCE_ID; auto: POD_NAME, else the host name): with the slot it
+   * makes each slot's transactional.id, so a restarted instance fences its own earlier self.
+   */
+  instance: string;
+  /** The compacted topic each slot's committed journal position is written to, in the same transaction as its points. */
+  positionsTopic: string;
+  /** A transaction is committed this long after its first record at most. */
+  commitIntervalMs: number;
+  /** ... or once it holds this many points. */
+  maxPoints: number;
+  /** librdkafka's transaction.timeout.ms: how long a hung worker's open transaction can hold read_committed consumers back. */
+  transactionTimeoutMs: number;
+}
+
+/** The transactional.id of one slot of this instance. */
+export function transactionalId(exactlyOnce: ExactlyOnce, slot: number): string {
+  return `track-ingest.${exactlyOnce.instance}.${slot}`;
 }
 
 /** The refused-requests topic (refused/refused-requests.ts): a dead-letter topic for bodies that were refused. */
@@ -189,6 +220,12 @@ const EnvSchema = z.object({
   MQ_REFUSED_RATE: wholeNumber(1, 100_000),
   MQ_REFUSED_MAX_BYTES: wholeNumber(0, 100 * 1024 * 1024),
   TRUST_GATEWAY_HEADERS: z.enum(['0', '1'], { error: 'must be 0 or 1' }).transform((v) => v === '1'),
+  DELIVERY: z.enum(['at-least-once', 'exactly-once']),
+  INSTANCE_ID: z.string().regex(/^[A-Za-z0-9._-]{1,200}$/, 'must be auto or 1-200 of A-Z a-z 0-9 . _ -'),
+  MQ_POSITIONS_TOPIC: z.union([z.literal('auto'), topicName]),
+  TRANSACTION_COMMIT_INTERVAL_MS: wholeNumber(1, 60_000),
+  TRANSACTION_MAX_POINTS: wholeNumber(1, 10_000_000),
+  TRANSACTION_TIMEOUT_MS: wholeNumber(1_000, 900_000),
 });
 
 /** Reads the configuration from an environment (process.env by default). Throws ConfigError. */
@@ -237,7 +274,26 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     producerOptions: Object.freeze(producerOptionsFrom(env)),
     refused: e.MQ_REFUSED_TOPIC === 'off' ? null : Object.freeze({ topic: e.MQ_REFUSED_TOPIC, ratePerSecond: e.MQ_REFUSED_RATE, maxBytes: e.MQ_REFUSED_MAX_BYTES }),
     trustGatewayHeaders: e.TRUST_GATEWAY_HEADERS,
+    exactlyOnce:
+      e.DELIVERY === 'at-least-once'
+        ? null
+        : Object.freeze({
+            instance: e.INSTANCE_ID === 'auto' ? instanceName(env) : e.INSTANCE_ID,
+            positionsTopic: e.MQ_POSITIONS_TOPIC === 'auto' ? `${e.MQ_TOPIC}.positions` : e.MQ_POSITIONS_TOPIC,
+            commitIntervalMs: e.TRANSACTION_COMMIT_INTERVAL_MS,
+            maxPoints: e.TRANSACTION_MAX_POINTS,
+            transactionTimeoutMs: e.TRANSACTION_TIMEOUT_MS,
+          }),
   };
+  if (config.exactlyOnce !== null) {
+    if (config.ackMode !== 'async') throw new ConfigError('DELIVERY', 'exactly-once needs ACK_MODE=async: its transactions cover the journal\'s records');
+    if (config.exactlyOnce.positionsTopic === config.topic || config.exactlyOnce.positionsTopic === config.refused?.topic) {
+      throw new ConfigError('MQ_POSITIONS_TOPIC', `must be a topic of its own, not ${config.exactlyOnce.positionsTopic}`);
+    }
+    if (config.exactlyOnce.commitIntervalMs >= config.exactlyOnce.transactionTimeoutMs) {
+      throw new ConfigError('TRANSACTION_COMMIT_INTERVAL_MS', `must be below TRANSACTION_TIMEOUT_MS (${config.exactlyOnce.transactionTimeoutMs})`);
+    }
+  }
   if (config.refused !== null && config.refused.topic === config.topic) {
     throw new ConfigError('MQ_REFUSED_TOPIC', `must not be MQ_TOPIC (${config.topic}): refused bodies are not track points`);
   }
@@ -250,6 +306,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     throw new ConfigError('JOURNAL_MAX_BYTES', `must be at least ${2 * largestRecord} bytes: twice the journal record of the largest request (2 × MAX_BODY_BYTES + 16 bytes per point of MAX_POINTS)`);
   }
   return Object.freeze(config);
+}
+
+/** INSTANCE_ID=auto: a StatefulSet's pod name (stable across restarts), else the host name. */
+function instanceName(env: NodeJS.ProcessEnv): string {
+  const name = (env.POD_NAME ?? '').trim() || hostname();
+  return name.replace(/[^A-Za-z0-9._-]/g, '_').slice(0, 200);
 }
 
 function resolveWorkerMalloc(choice: MallocChoice, env: NodeJS.ProcessEnv): WorkerMalloc {

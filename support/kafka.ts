@@ -69,11 +69,20 @@ export interface ConsumedMessage {
  */
 export async function consumeAll(
   topic: string,
-  opts: { expected: number; partitions?: number; timeoutMs?: number; idleMs?: number; brokers?: string; giveUpIdleMs?: number },
+  opts: {
+    expected: number;
+    partitions?: number;
+    timeoutMs?: number;
+    idleMs?: number;
+    brokers?: string;
+    giveUpIdleMs?: number;
+    /** librdkafka's default, read_committed, or read_uncommitted (the Java client's default): aborted transactions' messages too. */
+    isolation?: 'read_committed' | 'read_uncommitted';
+  },
 ): Promise<ConsumedMessage[]> {
   const partitions = opts.partitions ?? 6;
   const consumer = new Kafka.KafkaConsumer(
-    { 'metadata.broker.list': opts.brokers ?? BROKERS, 'group.id': `tests-${randomUUID()}`, 'enable.auto.commit': false },
+    { 'metadata.broker.list': opts.brokers ?? BROKERS, 'group.id': `tests-${randomUUID()}`, 'enable.auto.commit': false, 'isolation.level': opts.isolation ?? 'read_committed' },
     { 'auto.offset.reset': 'earliest' },
   );
   await new Promise<void>((resolve, reject) => consumer.connect({ timeout: 15_000 }, (err) => (err ? reject(err) : resolve())));

@@ -64,6 +64,12 @@ export function peakRssBytes(pids: number[]): number {
   return kb * 1024;
 }
 
+/** TCP sockets in TIME_WAIT on this machine (/proc/net/sockstat: "TCP: inuse N orphan N tw N ..."). */
+export function timeWaitSockets(): number {
+  const line = readFileSync('/proc/net/sockstat', 'utf8').split('\n').find((l) => l.startsWith('TCP:')) ?? '';
+  return Number(/\btw (\d+)/.exec(line)?.[1] ?? 0);
+}
+
 export function cpuModel(): string {
   const m = /^model name\s*:\s*(.+)$/m.exec(readFileSync('/proc/cpuinfo', 'utf8'));
   return m?.[1] ?? 'unknown';

@@ -1,9 +1,10 @@
 // vegeta (github.com/tsenart/vegeta), an open-loop load generator nobody here wrote: a constant rate
 // whatever the latency, opening connections as answers slow down. Built once by scripts/need-vegeta.sh.
 import { execFileSync, spawn } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT } from '../../support/repo-root.js';
-import { cpuSeconds } from './procfs.js';
+import { cpuSeconds, timeWaitSockets } from './procfs.js';
 
 const NEED_VEGETA = `${REPO_ROOT}scripts/need-vegeta.sh`;
 
@@ -33,16 +34,48 @@ export interface AttackOptions {
   maxWorkers?: number;
   /** Where the raw results are written (and overwritten by the next attack). */
   dir: string;
+  /**
+   * A header whose value differs on every request (`<prefix>-<n>`), e.g. an Idempotency-Key: the
+   * attack then reads one target per request from a file written here (vegeta -lazy).
+   */
+  uniqueHeader?: { name: string; prefix: string };
+}
+
+/**
+ * Sockets in TIME_WAIT above which an attack waits first: the tests and benchmarks before it can leave
+ * most of the ephemeral ports (32768–60999) in TIME_WAIT for 60 s, and vegeta, opening connections as
+ * answers slow, then ran out of them (10000×1 read a p50 of 1.5 s, bench/HISTORY.md 2026-11-28).
+ */
+const TIME_WAIT_MAX = 14_000; // half the ephemeral range
+const TIME_WAIT_WAIT_MS = 70_000;
+
+async function portsFree(): Promise<void> {
+  const first = timeWaitSockets();
+  if (first <= TIME_WAIT_MAX) return;
+  process.stderr.write(`vegeta: ${first} sockets in TIME_WAIT (over ${TIME_WAIT_MAX}); waiting up to ${TIME_WAIT_WAIT_MS / 1000} s for the ports to come back\n`);
+  const deadline = Date.now() + TIME_WAIT_WAIT_MS;
+  while (timeWaitSockets() > TIME_WAIT_MAX && Date.now() < deadline) await new Promise((r) => setTimeout(r, 1_000));
 }
 
 /** One constant-rate POST attack; its report and vegeta's own CPU seconds (sampled until it ends). */
 export async function vegetaAttack(vegeta: string, o: AttackOptions): Promise<{ report: VegetaReport; cpuSeconds: number }> {
+  await portsFree();
   const results = join(o.dir, 'results.bin');
   const headers = Object.entries({ 'Content-Type': 'application/json', ...o.headers }).flatMap(([k, v]) => ['-header', `${k}: ${v}`]);
-  const proc = spawn(vegeta, ['attack', `-rate=${o.rate}/1s`, `-duration=${o.seconds}s`, `-body=${o.bodyFile}`, ...(o.maxWorkers === undefined ? [] : [`-max-workers=${o.maxWorkers}`]), ...headers, `-output=${results}`], {
+  let targets: string[] = [];
+  if (o.uniqueHeader !== undefined) {
+    // vegeta's JSON targets, the body inline: its http format reads an @body file again for every target.
+    const file = join(o.dir, 'targets.json');
+    const n = Math.ceil(o.rate * o.seconds * 1.05) + 100;
+    const { name, prefix } = o.uniqueHeader;
+    const body = readFileSync(o.bodyFile).toString('base64');
+    writeFileSync(file, Array.from({ length: n }, (_, i) => JSON.stringify({ method: 'POST', url: `${o.url}/track`, header: { [name]: [`${prefix}-${i}`] }, body })).join('\n'));
+    targets = ['-lazy', '-format=json', `-targets=${file}`];
+  }
+  const proc = spawn(vegeta, ['attack', `-rate=${o.rate}/1s`, `-duration=${o.seconds}s`, ...(targets.length > 0 ? targets : [`-body=${o.bodyFile}`]), ...(o.maxWorkers === undefined ? [] : [`-max-workers=${o.maxWorkers}`]), ...headers, `-output=${results}`], {
     stdio: ['pipe', 'ignore', 'inherit'],
   });
-  proc.stdin.end(`POST ${o.url}/track\n`);
+  proc.stdin.end(targets.length > 0 ? '' : `POST ${o.url}/track\n`);
   let cpu = 0;
   const sample = setInterval(() => (cpu = Math.max(cpu, cpuSeconds([proc.pid!]))), 200);
   const code = await new Promise<number | null>((resolve) => proc.once('exit', resolve));

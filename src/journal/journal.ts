@@ -33,7 +33,7 @@
 import { diskFiles, type JournalFiles } from './files.js';
 import { GroupCommit, type CommitDone } from './group-commit.js';
 import { isNoRoom, JournalError } from './journal-error.js';
-import { encodeHead, recordBytes, type JournalBatch, type JournalRecord } from './record.js';
+import { encodeHead, readHeader, readRecordAt, RECORD_HEADER_BYTES, recordBytes, type JournalBatch, type JournalRecord } from './record.js';
 import { appendMarks, closeSegment, countRecords, newSegment, readLeftRecords, readMarks, retireSegment, startSegmentFile, writeRecordAt, type Segment } from './segment-file.js';
 import { findSlotFiles, makeDurableDir, segmentPath, SeqReservation, Spares, type FoundFiles } from './slot-files.js';
 import type { SlotClaim } from './slot-lock.js';
@@ -80,6 +80,8 @@ export interface InFlightRecord {
   readonly id: number;
   readonly segment: Segment;
   readonly index: number;
+  /** Where it starts in its segment's file, bytes; -1 for a record an earlier process left (read back already). */
+  readonly at: number;
   readonly points: number;
   /** Points not yet acknowledged. */
   remaining: number;
@@ -214,15 +216,16 @@ export class Journal {
    */
   append(batch: JournalBatch, timestamp: number): InFlightRecord {
     if (this.failure !== null) throw this.failure;
-    const { segment, index } = this.write(batch, timestamp);
-    return this.track(segment, index, batch.count, timestamp);
+    const { segment, index, at } = this.write(batch, timestamp);
+    return this.track(segment, index, at, batch.count, timestamp);
   }
 
   /** Writes a record into the active segment; returns where it is. */
-  private write(batch: JournalBatch, timestamp: number): { segment: Segment; index: number } {
+  private write(batch: JournalBatch, timestamp: number): { segment: Segment; index: number; at: number } {
     const bytes = recordBytes(batch);
     const segment = this.activeFor(bytes);
     const index = segment.records;
+    const at = segment.bytes;
     this.head = encodeHead(this.head, batch, timestamp, segment.seq, index);
     const head = this.head.subarray(0, bytes - batch.data.byteLength);
     if (segment.map !== null) {
@@ -237,7 +240,7 @@ export class Journal {
     this.heldBytes += bytes;
     this.commits?.written(segment.fd!);
     segment.records++;
-    return { segment, index };
+    return { segment, index, at };
   }
 
   /** Writes a record with pwritev at the segment's end; on failure keeps nothing of it and throws. */
@@ -326,12 +329,68 @@ export class Journal {
     this.deleteIfDone(segment);
   }
 
-  private track(segment: Segment, index: number, points: number, timestamp: number): InFlightRecord {
+  private track(segment: Segment, index: number, at: number, points: number, timestamp: number): InFlightRecord {
     const id = this.nextId;
     this.nextId = (this.nextId + 1) % ID_LIMIT;
-    const record: InFlightRecord = { id, segment, index, points, remaining: points, timestamp, producedAt: performance.now() };
+    const record: InFlightRecord = { id, segment, index, at, points, remaining: points, timestamp, producedAt: performance.now() };
     this.inFlight.set(id, record);
     return record;
+  }
+
+  /**
+   * A record this process appended, as produceBatch takes it, its data a view of the mapped segment
+   * (only its offsets copied, to be aligned); null when its segment is not mapped (read it back
+   * then). Valid until the journal is next called: hand it over at once. No check is made: this
+   * process wrote those bytes, and the record is not done, so its segment is neither retired nor
+   * written over.
+   */
+  view(record: InFlightRecord): JournalBatch | null {
+    const map = record.segment.map;
+    if (map === null || record.at < 0) return null;
+    const count = record.points;
+    const offsetsAt = map.byteOffset + record.at + RECORD_HEADER_BYTES;
+    const dataAt = offsetsAt + 16 * count;
+    const bytes = Buffer.from(map.buffer, map.byteOffset + record.at, RECORD_HEADER_BYTES).readUInt32LE(8);
+    const messages = new Uint32Array(4 * count);
+    new Uint8Array(messages.buffer).set(new Uint8Array(map.buffer, offsetsAt, 16 * count));
+    return { count, data: new Uint8Array(map.buffer, dataAt, bytes - RECORD_HEADER_BYTES - 16 * count), messages };
+  }
+
+  /**
+   * A record this process appended, read back from its segment: DELIVERY=exactly-once produces it
+   * again after an aborted transaction, the request's own buffers long reused. Throws JournalError
+   * when it cannot be read back whole.
+   */
+  readBack(record: InFlightRecord): JournalRecord {
+    const segment = record.segment;
+    const fail = (what: string) => new JournalError(`cannot read back record ${record.index} of ${segment.path} at byte ${record.at}: ${what}`);
+    if (record.at < 0) throw fail('a record an earlier process left is read with its segment');
+    if (segment.map !== null) {
+      const found = readRecordAt(Buffer.from(segment.map.buffer, segment.map.byteOffset, segment.bytes), record.at);
+      if (found === null) throw fail('it does not check');
+      return found;
+    }
+    let fd: number;
+    try {
+      fd = segment.fd ?? this.files.openRead(segment.path);
+    } catch (err) {
+      throw fail((err as Error).message);
+    }
+    try {
+      const head = Buffer.alloc(RECORD_HEADER_BYTES);
+      this.files.read(fd, head, record.at);
+      const header = readHeader(head, 0);
+      if (header === null) throw fail('its header does not check');
+      const buf = Buffer.alloc(Math.min(header.bytes, segment.bytes - record.at));
+      this.files.read(fd, buf, record.at);
+      const found = readRecordAt(buf, 0);
+      if (found === null) throw fail('it does not check');
+      return found;
+    } catch (err) {
+      throw err instanceof JournalError ? err : fail((err as Error).message);
+    } finally {
+      if (segment.fd === null) this.files.close(fd);
+    }
   }
 
   // ---- acknowledgements -----------------------------------------------------------------------
@@ -414,7 +473,7 @@ export class Journal {
       }
       const next = this.recoveredQueue.shift()!;
       this.recoveredLeft = Math.max(0, this.recoveredLeft - 1);
-      out.push({ record: next.record, inFlight: this.track(next.segment, next.index, next.record.count, next.record.timestamp) });
+      out.push({ record: next.record, inFlight: this.track(next.segment, next.index, -1, next.record.count, next.record.timestamp) });
     }
     return out;
   }

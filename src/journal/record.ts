@@ -104,6 +104,13 @@ function readBody(buf: Buffer, at: number, h: RecordHeader): JournalRecord | nul
   return { count: h.count, data, messages, timestamp: h.timestamp };
 }
 
+/** The whole record at `at` in `buf`, when its header and body check; else null. */
+export function readRecordAt(buf: Buffer, at: number): JournalRecord | null {
+  const h = readHeader(buf, at);
+  if (h === null || at + h.bytes > buf.byteLength) return null;
+  return readBody(buf, at, h);
+}
+
 /** What reading a segment finds, in the order of the file. */
 export type SegmentItem =
   | { kind: 'record'; at: number; index: number; record: JournalRecord }

@@ -44,8 +44,11 @@ export interface ProducerEvents {
   onFailed(message: FailedMessage): void;
   /** Kafka takes points again after it did not (the path's replay gets its turn). */
   onAccepting(): void;
-  /** A fatal producer error: the worker ends so that a fresh one replaces it. */
-  onFatal(): void;
+  /**
+   * A fatal producer error: the worker ends so that a fresh one replaces it; `fenced` when another
+   * process took this producer's transactional.id (DELIVERY=exactly-once).
+   */
+  onFatal(fenced: boolean): void;
 }
 
 /** syslog levels, as librdkafka's log events use them. */
@@ -196,6 +199,70 @@ export class KafkaProducer {
     return this.link.connected ? this.producer.takeAcks() : undefined;
   }
 
+  // ---- DELIVERY=exactly-once: librdkafka's transaction calls (write-ahead/transactions.ts) ----------
+  // Each takes an explicit timeout: node-rdkafka's default of 5 s turns a slow commit into an abort.
+  // A failure rejects with librdkafka's error, whose isRetriable, isTxnRequiresAbort and isFatal say
+  // what the caller may do next.
+
+  /** Fences every earlier producer of this transactional.id and aborts its open transaction. */
+  initTransactions(timeoutMs: number): Promise<void> {
+    return settled((done) => this.producer.initTransactions(timeoutMs, done));
+  }
+
+  beginTransaction(): Promise<void> {
+    this.transactionFailed = false;
+    return settled((done) => this.producer.beginTransaction(done));
+  }
+
+  /** Flushes what the transaction produced, then commits it. */
+  commitTransaction(timeoutMs: number): Promise<void> {
+    return settled((done) => this.producer.commitTransaction(timeoutMs, done));
+  }
+
+  abortTransaction(timeoutMs: number): Promise<void> {
+    return settled((done) => this.producer.abortTransaction(timeoutMs, done));
+  }
+
+  /**
+   * Hands messages to librdkafka for `topic` (a transaction's position: transactions.ts), keyed, with
+   * the current time; throws what librdkafka refuses. The tag is unused: in a transaction the commit,
+   * not the acknowledgements, says what Kafka has.
+   */
+  produceTo(topic: string, batch: ProducedBatch): void {
+    this.producer.produceBatch(topic, batch.data, batch.messages, 0, Date.now());
+  }
+
+  /**
+   * Hands the messages of a batch from the `from`-th on to librdkafka (what a full queue refused
+   * before); returns how many of those it took.
+   */
+  produceRest(batch: ProducedBatch, from: number, timestamp: number): number {
+    const rest = from === 0 ? batch : { count: batch.count - from, data: batch.data, messages: batch.messages.subarray(4 * from) };
+    try {
+      return this.producer.produceBatch(this.topic, rest.data, rest.messages, 0, timestamp);
+    } catch (err) {
+      // librdkafka raised a fatal error (a fenced transactional producer): it takes nothing more, and
+      // the transaction's next call says which error it was. A state error: the transaction failed
+      // (a message of it timed out, or the broker refused one), and librdkafka refuses every message
+      // until it is aborted.
+      const code = (err as { code?: number }).code;
+      if (code === Kafka.CODES.ERRORS.ERR__FATAL) this.failedFatally = true;
+      else if (code === Kafka.CODES.ERRORS.ERR__STATE) this.transactionFailed = true;
+      const enqueued = enqueuedBefore(err);
+      this.brokerErrors.report({ err, enqueued, count: rest.count, kept: 'in the journal, produced again in the next transaction' });
+      return enqueued;
+    }
+  }
+
+  /** librdkafka refused a message with its fatal error: this producer takes nothing more. */
+  failedFatally = false;
+
+  /**
+   * librdkafka refused a message because the transaction under way failed (its abortable error
+   * state): only abortTransaction lets it take messages again. Cleared by beginTransaction.
+   */
+  transactionFailed = false;
+
   /**
    * Stops taking points and waits until every queued point is acknowledged or has failed, at most
    * until `deadline` (Date.now()); true when librdkafka's queue emptied.
@@ -227,7 +294,7 @@ export class KafkaProducer {
       this.state.onFatalError();
       this.log.fatal({ err }, 'fatal kafka producer error: this worker stops taking points and is replaced (ACK_MODE=async: the journal keeps what Kafka has not acknowledged)');
       this.updateRefusal();
-      this.events?.onFatal();
+      this.events?.onFatal(isFenced(err));
       return;
     }
     if (err.code === Kafka.CODES.ERRORS.ERR__ALL_BROKERS_DOWN) {
@@ -280,6 +347,32 @@ export class KafkaProducer {
       this.events?.onAccepting();
     }
   }
+}
+
+/**
+ * DELIVERY=exactly-once: fences every producer of the transactional.id in `settings` (a producer of
+ * that id calls initTransactions, which aborts the last holder's open transaction, then disconnects):
+ * what slot 0 does for the slots whose files it took over, as Kafka Connect fences the tasks of an
+ * earlier generation.
+ */
+export async function fenceTransactionalId(settings: ProducerSettings, timeoutMs: number): Promise<void> {
+  const producer = new Kafka.Producer(settings.global, settings.topic);
+  await new Promise<void>((resolve, reject) => producer.connect({ timeout: timeoutMs }, (err) => (err ? reject(err) : resolve())));
+  try {
+    await settled((done) => producer.initTransactions(timeoutMs, done));
+  } finally {
+    await new Promise<void>((resolve) => producer.disconnect(timeoutMs, () => resolve()));
+  }
+}
+
+/** Whether librdkafka says another producer took this one's transactional.id (a newer epoch): fatal. */
+export function isFenced(err: { code?: number } | null | undefined): boolean {
+  return err?.code === Kafka.CODES.ERRORS.ERR__FENCED || err?.code === Kafka.CODES.ERRORS.ERR_PRODUCER_FENCED;
+}
+
+/** A node-rdkafka call with a callback of an error or nothing, as a promise. */
+function settled(call: (done: (err: Kafka.LibrdKafkaError | null | undefined) => void) => void): Promise<void> {
+  return new Promise((resolve, reject) => call((err) => (err ? reject(err) : resolve())));
 }
 
 /** How many messages produceBatch queued before it threw (its error says; 0 for any other error). */

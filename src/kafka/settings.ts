@@ -29,8 +29,8 @@ type Properties = Record<string, string | number | boolean>;
  * risk. Throws ConfigError naming the MQ_OPT_* variable (or, for ours, the variable it comes from)
  * when librdkafka does not know a property or refuses its value.
  */
-export function producerSettings(config: Config, clientId: string): ProducerSettings {
-  const ours = serviceProperties(config, clientId);
+export function producerSettings(config: Config, clientId: string, transactionalId: string | null = null): ProducerSettings {
+  const ours = { ...serviceProperties(config, clientId), ...(transactionalId === null ? {} : transactionalProperties(config, transactionalId)) };
   const global: Properties = {};
   const topic: Properties = {};
   const place = (name: string, value: string | number | boolean, variable: string) => {
@@ -82,8 +82,20 @@ function serviceProperties(config: Config, clientId: string): Properties {
   };
 }
 
+/**
+ * DELIVERY=exactly-once: a slot's transactional producer. A message not delivered within the
+ * transaction's timeout could not be committed anyway: librdkafka wants message.timeout.ms at most
+ * transaction.timeout.ms.
+ */
+function transactionalProperties(config: Config, transactionalId: string): Properties {
+  const timeoutMs = config.exactlyOnce?.transactionTimeoutMs ?? 60_000;
+  return { 'transactional.id': transactionalId, 'transaction.timeout.ms': timeoutMs, 'message.timeout.ms': timeoutMs };
+}
+
 /** The variable an operator sets to change one of the service's own properties. */
 function variableOf(name: string): string {
+  if (name === 'transaction.timeout.ms') return 'TRANSACTION_TIMEOUT_MS';
+  if (name === 'transactional.id') return 'INSTANCE_ID';
   if (name === 'message.timeout.ms') return 'DELIVERY_TIMEOUT_MS';
   if (name === 'metadata.broker.list') return 'MQ_BROKERS';
   return optionVariable(name);

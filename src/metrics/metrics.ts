@@ -104,6 +104,7 @@ export function createWorkerMetrics(workerId: string) {
     ...deliveryMetrics(r),
     ...brokerMetrics(r),
     ...refusedMetrics(r),
+    ...transactionMetrics(r),
   };
 }
 
@@ -315,6 +316,30 @@ function refusedMetrics({ registers, delta }: Registrar) {
     },
   });
   return { refusedWritten, refusedDropped };
+}
+
+/** DELIVERY=exactly-once: the transactions of the slots (write-ahead/transactions.ts). */
+function transactionMetrics({ registers }: Registrar) {
+  const transactions = new Counter({
+    name: `${METRIC_PREFIX}transactions_total`,
+    help: 'DELIVERY=exactly-once: Kafka transactions ended, by outcome: committed, or aborted (their records produced again in the next one).',
+    labelNames: ['outcome'] as const,
+    registers,
+  });
+  const recoveredCommitted = new Counter({
+    name: `${METRIC_PREFIX}journal_records_already_committed_total`,
+    help: 'DELIVERY=exactly-once: records an earlier process left in the journal that a committed transaction had covered: marked done, not produced again.',
+    registers,
+  });
+  // What holds read_committed consumers back beyond the commit interval: a partition's last stable
+  // offset waits for the open transaction of every slot that wrote to it.
+  const transactionCommit = new CountedHistogram(
+    `${METRIC_PREFIX}transaction_commit_seconds`,
+    'DELIVERY=exactly-once: each committed transaction, from the end of its interval (or its size limit) to the broker\'s answer to the commit: what a read_committed consumer waits beyond TRANSACTION_COMMIT_INTERVAL_MS.',
+    [0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers,
+  );
+  return { transactions, recoveredCommitted, transactionCommit };
 }
 
 /** What Kafka acknowledged, what failed, and how long it took. */

@@ -13,6 +13,11 @@ export const EXIT = {
   RUNTIME: 5,
   /** JOURNAL_DIR is held by another service, or a slot of it by another process for too long (journal/slot-lock.ts). */
   JOURNAL_IN_USE: 6,
+  /**
+   * DELIVERY=exactly-once: another process took a slot's transactional.id (the same INSTANCE_ID
+   * elsewhere): this instance can make nothing visible any more, and stops rather than fence it back.
+   */
+  FENCED: 7,
 } as const;
 
 /** A worker that exits with one of these before it listens stops the whole service. */

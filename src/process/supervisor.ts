@@ -68,6 +68,8 @@ export function runPrimary(config: Config, runtime: RuntimeSummary): void {
   const recentCrashes: number[] = [];
   let stopping = false;
   let failedShutdown = false;
+  /** The status the service ends with when not its own choice: EXIT.FENCED. */
+  let exitCode: number | null = null;
   let announced = false;
   // Read by each worker's process at exec: LD_PRELOAD of jemalloc (allocator.ts), or nothing.
   // What a worker needs in its environment before it starts: its malloc (preloaded), and the limits
@@ -125,10 +127,14 @@ export function runPrimary(config: Config, runtime: RuntimeSummary): void {
     metrics.workers.set(slots.size);
     if (stopping) {
       // A standby is ended with a signal (it may not yet listen for messages): its status says nothing.
-      if (code !== EXIT.OK && slot !== undefined) failedShutdown = true;
+      if (code !== EXIT.OK && slot !== undefined) {
+        failedShutdown = true;
+        // A worker that dies of a signal (a native crash) logs nothing itself: say what ended it.
+        log.error({ worker: worker.id, slot, pid: worker.process.pid, code, signal }, 'a worker did not stop cleanly during the shutdown');
+      }
       if (Object.keys(cluster.workers ?? {}).length === 0) {
         log.info({ ok: !failedShutdown }, 'all workers stopped');
-        process.exit(failedShutdown ? EXIT.CRASH : EXIT.OK);
+        process.exit(exitCode ?? (failedShutdown ? EXIT.CRASH : EXIT.OK));
       }
       return;
     }
@@ -137,6 +143,13 @@ export function runPrimary(config: Config, runtime: RuntimeSummary): void {
       if (standby === worker) standby = null;
       log.warn({ worker: worker.id, code, signal }, 'standby worker exited; forking another');
       setTimeout(forkStandby, 1_000).unref();
+      return;
+    }
+    if (code === EXIT.FENCED) {
+      // Another process runs as this instance (INSTANCE_ID): fencing it back would only start a fight.
+      log.fatal({ worker: worker.id, slot, instance: config.exactlyOnce?.instance }, 'a worker was fenced: another process took its slot\'s transactional.id (the same INSTANCE_ID elsewhere); this instance stops, its journal kept for its next start');
+      exitCode = EXIT.FENCED;
+      shutdown('fenced');
       return;
     }
     if (!wasListening && STARTUP_FAILURES.has(code)) {
@@ -161,7 +174,7 @@ export function runPrimary(config: Config, runtime: RuntimeSummary): void {
     stopping = true;
     log.info({ signal, timeoutMs: config.shutdownTimeoutMs }, 'shutting down: draining workers and flushing producers');
     const workers = Object.values(cluster.workers ?? {});
-    if (workers.length === 0) process.exit(EXIT.OK);
+    if (workers.length === 0) process.exit(exitCode ?? EXIT.OK);
     for (const w of workers) {
       if (w === undefined) continue;
       if (!slots.has(w.id)) w.process.kill('SIGTERM'); // the standby holds nothing to flush

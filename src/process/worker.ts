@@ -14,12 +14,14 @@
 import cluster from 'node:cluster';
 import { hostname } from 'node:os';
 import { buildOpenApi } from '../api/openapi.js';
-import type { Config } from '../config.js';
+import { transactionalId, type Config } from '../config.js';
 import { HttpServer } from '../http/server.js';
 import { diskFiles } from '../journal/files.js';
 import { Journal, JournalError } from '../journal/journal.js';
+import { journalIdentity } from '../journal/journal-id.js';
 import { claimSlots, JournalInUse, type SlotClaim } from '../journal/slot-lock.js';
-import { KafkaProducer } from '../kafka/producer.js';
+import { PositionsUnavailable, readPositions } from '../kafka/positions.js';
+import { fenceTransactionalId, KafkaProducer } from '../kafka/producer.js';
 import { RefusedProducer } from '../kafka/refused-producer.js';
 import { producerSettings, refusedProducerSettings } from '../kafka/settings.js';
 import { createLogger, type Logger } from '../log.js';
@@ -70,10 +72,21 @@ export async function runWorker(config: Config): Promise<void> {
   log.info({ slot, slots: [...claim.slots], refusedTopic: config.refused?.topic ?? 'off', ackMode: config.ackMode, journalSync: config.journalSync, journalWrites: journal.mappedOn === null ? 'pwritev' : `mapped (${journal.mappedOn})`, malloc: runsOnJemalloc() ? 'jemalloc' : 'system', gc: runsSingleThreadedGc() ? 'single-threaded' : 'parallel' }, 'worker started');
   if (journal.recovering) log.warn({ dir: config.journalDir, slot, bytes: journal.bytes }, 'the journal holds points an earlier process did not see acknowledged; producing them again once Kafka takes points');
 
+  let journalId: string | null = null;
+  if (config.exactlyOnce !== null) {
+    try {
+      journalId = journalIdentity(diskFiles, config.journalDir);
+    } catch (err) {
+      log.fatal({ err }, 'cannot give the journal directory its identity (check JOURNAL_DIR)');
+      process.stderr.write(`configuration error: JOURNAL_DIR: ${(err as Error).message}\n`);
+      process.exit(EXIT.CONFIG);
+    }
+  }
   let producer: KafkaProducer;
   let refusedProducer: RefusedProducer | null = null;
   try {
-    producer = new KafkaProducer(config, log, metrics, producerSettings(config, `track-ingest-${hostname()}-${workerId}`));
+    const txnId = config.exactlyOnce === null ? null : transactionalId(config.exactlyOnce, slot);
+    producer = new KafkaProducer(config, log, metrics, producerSettings(config, `track-ingest-${hostname()}-${workerId}`, txnId));
     if (config.refused !== null) {
       const settings = refusedProducerSettings(config, `track-ingest-refused-${hostname()}-${workerId}`, config.refused);
       refusedProducer = new RefusedProducer(config.refused.topic, settings, log, (error) => {
@@ -86,7 +99,7 @@ export async function runWorker(config: Config): Promise<void> {
     log.fatal({ err }, 'invalid Kafka producer setting (check MQ_OPT_* variables)');
     process.exit(EXIT.CONFIG);
   }
-  const path = new WriteAhead(config, log, metrics, journal, producer);
+  const path = new WriteAhead(config, log, metrics, journal, producer, journalId);
   path.start();
   refusedProducer?.start();
   const refused = config.refused === null || refusedProducer === null
@@ -134,7 +147,8 @@ export async function runWorker(config: Config): Promise<void> {
       process.exit(exitCode);
     })();
   };
-  path.onFatal = () => shutdown('fatal producer error', EXIT.CRASH);
+  path.onFatal = (fenced) =>
+    fenced ? shutdown(`fenced: another process took this slot's transactional.id (INSTANCE_ID=${config.exactlyOnce?.instance})`, EXIT.FENCED) : shutdown('fatal producer error', EXIT.CRASH);
   // A disk that fails a write or a sync: stop, and let a fresh worker recover from what the disk holds
   // (journal/group-commit.ts says why a failed sync is never tried again).
   journalFailed = (err) => {
@@ -162,6 +176,7 @@ export async function runWorker(config: Config): Promise<void> {
     log.warn({ waitedMs: LISTEN_AFTER_PRODUCER_WAIT_MS, brokers: config.brokers }, 'listening before the Kafka producer is ready; POST /track answers 500 until it is');
   }
   if (stopping !== null) return;
+  if (config.exactlyOnce !== null && !(await startTransactions(config, path, claim, log, accepting, () => stopping !== null))) return;
   try {
     await server.listen();
   } catch (err) {
@@ -170,6 +185,45 @@ export async function runWorker(config: Config): Promise<void> {
   }
   log.debug({ listen: config.listen }, 'worker listening');
   sendToPrimary({ type: 'ingest:worker-listening' });
+}
+
+/**
+ * DELIVERY=exactly-once, before listening: Kafka reachable (waited for), then the slot's transactions
+ * initialized (earlier holders fenced) and the committed positions read. What stops the start (the
+ * positions topic missing, brokers without transactions) exits with EXIT.CONFIG before the worker
+ * listens, which stops the service with the message. False when the worker is stopping meanwhile.
+ */
+async function startTransactions(config: Config, path: WriteAhead, claim: SlotClaim, log: Logger, accepting: boolean, stopping: () => boolean): Promise<boolean> {
+  const exactlyOnce = config.exactlyOnce!;
+  while (!accepting && !stopping()) {
+    log.warn({ brokers: config.brokers }, 'DELIVERY=exactly-once: waiting for Kafka before initializing the slot\'s transactions');
+    accepting = await path.whenAccepting(LISTEN_AFTER_PRODUCER_WAIT_MS);
+  }
+  if (stopping()) return false;
+  // Slot 0 holding the files of slots that no longer exist (WORKERS shrank): their last holders fenced first.
+  for (const other of claim.slots) {
+    if (other === claim.slot) continue;
+    try {
+      await fenceTransactionalId(producerSettings(config, `track-ingest-fence-${hostname()}-${other}`, transactionalId(exactlyOnce, other)), exactlyOnce.transactionTimeoutMs);
+      log.info({ slot: other, transactionalId: transactionalId(exactlyOnce, other) }, 'fenced the transactional.id of a slot whose journal files this worker took over');
+    } catch (err) {
+      log.fatal({ err, slot: other }, 'cannot fence the transactional.id of a slot whose journal files this worker took over; the worker restarts and tries again');
+      process.exit(EXIT.CRASH);
+    }
+  }
+  const connection = Object.fromEntries(Object.entries(config.producerOptions).filter(([name]) => /^(security|sasl|ssl)\./.test(name)));
+  try {
+    await path.startTransactions([...claim.slots], (keys) =>
+      readPositions({ brokers: config.brokers, topic: exactlyOnce.positionsTopic, keys, connection, timeoutMs: exactlyOnce.transactionTimeoutMs + 10_000 }),
+    );
+  } catch (err) {
+    if (stopping()) return false;
+    log.fatal({ err }, 'DELIVERY=exactly-once cannot start');
+    const message = err instanceof PositionsUnavailable || err instanceof Error ? err.message : String(err);
+    process.stderr.write(`cannot start: ${message}\n`);
+    process.exit(EXIT.CONFIG);
+  }
+  return !stopping();
 }
 
 /**

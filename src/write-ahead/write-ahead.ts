@@ -12,12 +12,15 @@
 //   replay ── what failed after its 202, and what an earlier process left (replay.ts), produced again
 //     under its record's id with its acceptance time
 //
+//   DELIVERY=exactly-once: records are produced in Kafka transactions instead, each slot's position
+//   committed with them, and marked done once committed, not once acknowledged (transactions.ts)
+//
 //   ACK_MODE=delivered: new requests skip the journal, and the answer waits for Kafka (a Pending
 //   settled by the producer's per-message reports); what an earlier process left is replayed all the same.
 //   The journal fails (a disk error: journal.ts): nothing more is taken (journal_failed), readiness
 //   falls, and the worker, told by the journal, restarts to recover from what the disk holds.
 import type { ProducerRefusal } from '../api/errors.js';
-import type { Config } from '../config.js';
+import { transactionalId, type Config } from '../config.js';
 import type { Journal } from '../journal/journal.js';
 import { recordBytes } from '../journal/record.js';
 import { POLL_INTERVAL_MS } from '../kafka/broker-link.js';
@@ -28,6 +31,7 @@ import type { WorkerMetrics } from '../metrics/metrics.js';
 import type { EncodedPoints } from '../track-point/encode.js';
 import type { LateFailure, Pending, PointSink, Refusal } from './acceptance.js';
 import { Replay } from './replay.js';
+import { Transactions } from './transactions.js';
 
 /** Room a worker keeps in the journal to call itself ready: one request of 100 points, about. */
 const JOURNAL_HEADROOM = 16 * 1024;
@@ -52,6 +56,8 @@ export class WriteAhead implements PointSink {
    * One object serves them all: the edge registers its answer at once, before the next request is taken.
    */
   private readonly afterCommit: Pending | null;
+  /** DELIVERY=exactly-once: the slot's transactions (transactions.ts); null: at least once. */
+  readonly transactions: Transactions | null;
 
   constructor(
     config: Config,
@@ -59,8 +65,15 @@ export class WriteAhead implements PointSink {
     private readonly metrics: WorkerMetrics,
     private readonly journal: Journal,
     private readonly producer: KafkaProducer,
+    /** DELIVERY=exactly-once: the journal directory's identity (journal/journal-id.ts). */
+    journalId: string | null = null,
   ) {
     this.delivered = config.ackMode === 'delivered';
+    const exactlyOnce = config.exactlyOnce;
+    this.transactions =
+      exactlyOnce === null || journalId === null
+        ? null
+        : new Transactions({ journal, journalId, producer, settings: exactlyOnce, keyOf: (slot) => transactionalId(exactlyOnce, slot), log, metrics, onFatal: (fenced) => this.onFatal?.(fenced) });
     this.maxPoints = config.queueMaxPoints;
     this.replay = new Replay(
       journal,
@@ -74,13 +87,16 @@ export class WriteAhead implements PointSink {
     );
     this.journalErrors = new Throttled(log, 'error', 'cannot write the journal: POST /track answers 500 journal_full until it can');
     this.afterCommit = config.journalSync === 'disk' && !this.delivered ? { whenAnswerable: (answer) => journal.afterCommit((err) => answer(err === null ? null : commitFailed(err))) } : null;
+    const transactions = this.transactions;
     producer.events = {
-      onFailed: (message) => this.replay.fail(message),
+      // In a transaction a failed message fails the commit, which aborts and produces the whole transaction again.
+      onFailed: (message) => (transactions === null ? this.replay.fail(message) : undefined),
       // Kafka takes points again: what waits in the journal gets its turn at the next poll.
       onAccepting: () => {
         if (journal.recovering || this.replay.backlog > 0) this.followAcks();
       },
-      onFatal: () => this.onFatal?.(),
+      // A fence after a transaction outlived its timeout is the broker's, not another process's.
+      onFatal: (fenced) => this.onFatal?.(fenced && !(transactions?.timedOut() ?? false)),
     };
     metrics.setQueueSource(() => ({ points: producer.queuedPoints, bytes: producer.queuedBytes }));
     metrics.setJournalSource(() => ({
@@ -93,12 +109,12 @@ export class WriteAhead implements PointSink {
   }
 
   /** Called once on a fatal producer error: the worker ends so that a fresh one replaces it. */
-  onFatal: (() => void) | null = null;
+  onFatal: ((fenced: boolean) => void) | null = null;
 
   /** Connects in the background; what an earlier process left is produced once Kafka takes points. */
   start(): void {
     this.producer.start();
-    if (this.journal.recovering) this.followAcks();
+    if (this.journal.recovering && this.transactions === null) this.followAcks();
   }
 
   // ---- accept ---------------------------------------------------------------------------------
@@ -110,9 +126,9 @@ export class WriteAhead implements PointSink {
    */
   admission(): ProducerRefusal | null {
     if (!this.delivered && this.journal.failure !== null) return 'journal_failed';
-    const refusal = this.producer.refusal;
+    const refusal = this.producer.refusal ?? this.transactionsRefusal();
     if (refusal !== null) return refusal;
-    if (this.producer.queuedPoints + this.replay.backlog + this.roomWanted > this.maxPoints) return 'queue_full';
+    if (this.producer.queuedPoints + this.held() + this.roomWanted > this.maxPoints) return 'queue_full';
     if (!this.delivered && (!this.journal.writable() || !this.journal.fits(JOURNAL_HEADROOM))) return 'journal_full';
     return null;
   }
@@ -124,11 +140,11 @@ export class WriteAhead implements PointSink {
    */
   accept(batch: EncodedPoints): Refusal | Pending | null {
     if (!this.delivered && this.journal.failure !== null) return 'journal_failed';
-    const refusal = this.producer.refusal;
+    const refusal = this.producer.refusal ?? this.transactionsRefusal();
     if (refusal !== null) return refusal;
     const count = batch.count;
     // The queue is librdkafka's and what waits to be produced again: both in memory.
-    if (this.producer.queuedPoints + this.replay.backlog + count > this.maxPoints) {
+    if (this.producer.queuedPoints + this.held() + count > this.maxPoints) {
       this.roomWanted = count;
       return 'queue_full';
     }
@@ -147,10 +163,35 @@ export class WriteAhead implements PointSink {
       this.journalErrors.report({ err });
       return 'journal_full';
     }
-    const taken = this.producer.produce(batch, record.id, timestamp);
-    if (taken < count) this.replay.keepUnproduced(record.id, batch, taken);
+    if (this.transactions !== null) {
+      this.transactions.add(record, batch, timestamp);
+    } else {
+      const taken = this.producer.produce(batch, record.id, timestamp);
+      if (taken < count) this.replay.keepUnproduced(record.id, batch, taken);
+    }
     this.followAcks();
     return this.afterCommit;
+  }
+
+  /** Points held in memory besides librdkafka's queue: to be produced again, or waiting for a transaction. */
+  private held(): number {
+    return this.replay.backlog + (this.transactions?.heldPoints ?? 0);
+  }
+
+  /** DELIVERY=exactly-once: nothing is taken before the slot's transactions are initialized, nor after they failed. */
+  private transactionsRefusal(): ProducerRefusal | null {
+    return this.transactions === null || this.transactions.ready ? null : 'producer_failed';
+  }
+
+  /**
+   * DELIVERY=exactly-once: fences the slot's earlier holders, reads the committed positions, and
+   * starts producing what the journal holds. Throws what stops the start (kafka/positions.ts,
+   * transactions.ts).
+   */
+  async startTransactions(slots: readonly number[], readPositions: Parameters<Transactions['start']>[1]): Promise<void> {
+    if (this.transactions === null) return;
+    await this.transactions.start(slots, readPositions);
+    this.followAcks();
   }
 
   /** ACK_MODE=delivered: no journal; answered once Kafka answered for every point (acks=all), or at the deadline. */
@@ -177,6 +218,14 @@ export class WriteAhead implements PointSink {
    * observed. Then what is to be produced again gets its turn.
    */
   private takeAcks(): void {
+    if (this.transactions !== null) {
+      this.transactions.pass();
+      if (this.journal.records === 0 && !this.journal.recovering && this.ackTimer !== null) {
+        clearInterval(this.ackTimer);
+        this.ackTimer = null;
+      }
+      return;
+    }
     const acks = this.producer.takeAcks();
     if (acks !== undefined) {
       let acknowledged = 0;
@@ -207,6 +256,7 @@ export class WriteAhead implements PointSink {
     if (failure !== null) return { ready: false, reason: `the journal failed (${failure.message}): this worker takes no points and is being restarted` };
     const unready = this.producer.unreadyReason();
     if (unready !== null) return { ready: false, reason: unready };
+    if (this.transactions !== null && !this.transactions.ready) return { ready: false, reason: 'DELIVERY=exactly-once: the slot\'s Kafka transactions are not initialized (starting), or failed (the worker is being replaced)' };
     if (!this.journal.writable()) return { ready: false, reason: this.journal.noRoom?.message ?? 'the journal cannot be written' };
     if (!this.delivered && !this.journal.fits(JOURNAL_HEADROOM)) {
       return { ready: false, reason: `journal full: ${this.journal.bytes} of ${this.journal.capacity} bytes (JOURNAL_MAX_BYTES) hold points Kafka has not acknowledged` };
@@ -226,6 +276,13 @@ export class WriteAhead implements PointSink {
    */
   async drain(timeoutMs: number): Promise<number> {
     const deadline = Date.now() + timeoutMs;
+    if (this.transactions !== null) {
+      const left = await this.transactions.drain(deadline);
+      if (this.ackTimer !== null) clearInterval(this.ackTimer);
+      this.ackTimer = null;
+      await this.producer.disconnect(deadline - Date.now());
+      return left;
+    }
     const flushed = await this.producer.stop(deadline);
     // Failure reports of the last messages reach JavaScript through the poll loop; give it a turn.
     await new Promise((r) => setTimeout(r, POLL_INTERVAL_MS * 2));

@@ -11,7 +11,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { ACCOUNTING_HEADER, AccountedLoad, accountingRow, type Accounting } from '../helpers/accounting.js';
 import { cpuTicks, servicePids, workerPids } from '../helpers/processes.js';
 import { consumeAll, createTopic, uniqueTopic } from '../../support/kafka.js';
-import { journalDir, metric, startService, until, type Service } from '../helpers/service.js';
+import { journalDir, metric, startService, until, untilJournalEmpty, type Service } from '../helpers/service.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
 const kafka = (...args: string[]) => execFileSync(KAFKA_SH, args, { stdio: ['ignore', 'pipe', 'inherit'] }).toString().trim();
@@ -83,7 +83,7 @@ describe('the journal under faults, on the local broker, 2 workers', () => {
     } finally {
       await load.stop();
     }
-    await until('the journal to be produced whole', async () => (await metric(svc.url, 'ingest_journal_records')) === 0, 30_000);
+    await untilJournalEmpty(svc, 'the journal to be produced whole', 30_000);
     const a = await readBack(topic, load);
     report('kill -9 of the worker serving most connections, at 8 s of 16', a, await journalCounts(svc));
     expectNothingLost(a, 10_000);
@@ -112,7 +112,7 @@ describe('the journal under faults, on the local broker, 2 workers', () => {
       if (frozen) thaw();
       await load.stop();
     }
-    await until('the journal to be produced whole', async () => (await metric(svc.url, 'ingest_journal_records')) === 0, 60_000);
+    await untilJournalEmpty(svc, 'the journal to be produced whole');
     const a = await readBack(topic, load);
     report('broker frozen at 3 s, queue full, then the busiest worker killed; broker thawed 2 s later', a, `records in the journals at the kill: ${queuedAtKill}; ${await journalCounts(svc)}`);
     expectNothingLost(a, 5_000);
@@ -170,7 +170,7 @@ describe('the journal under faults, on the local broker, 2 workers', () => {
     const heldAfterKill = walFiles(dir).length;
     const second = await startService(env);
     try {
-      await until('the journal to be produced whole', async () => (await metric(second.url, 'ingest_journal_records')) === 0, 60_000);
+      await untilJournalEmpty(second, 'the journal to be produced whole');
       const a = await readBack(topic, load);
       report('kill -9 of the whole service (its process group) at 8 s of load, service started again', a, `${killed} processes killed; journal files left: ${heldAfterKill}; ${await journalCounts(second)}`);
       expectNothingLost(a, 10_000);

@@ -11,7 +11,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { ACCOUNTING_HEADER, AccountedLoad, accountingRow } from '../helpers/accounting.js';
 import { workerPids } from '../helpers/processes.js';
 import { consumeAll, createTopic, uniqueTopic } from '../../support/kafka.js';
-import { journalDir, metric, startService, until, type Service } from '../helpers/service.js';
+import { journalDir, metric, startService, until, untilJournalEmpty, type Service } from '../helpers/service.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
 const kafka = (...args: string[]) => execFileSync(KAFKA_SH, args, { stdio: ['ignore', 'pipe', 'inherit'] }).toString().trim();
@@ -38,7 +38,7 @@ describe('one service per JOURNAL_DIR, one process per slot', () => {
       await sleep(3_000);
       // The load paused, so that the first service's own writes do not change the directory meanwhile.
       await load.stop();
-      await until('the first service\'s journal acknowledged', async () => (await metric(first.url, 'ingest_journal_records')) === 0);
+      await untilJournalEmpty(first, 'the first service\'s journal acknowledged');
       const before = snapshot(dir);
       const started = Date.now();
       const second = await startService({ MQ_TOPIC: topic, JOURNAL_DIR: dir, WORKERS: '2' }, { waitFor: 'nothing' });
@@ -101,10 +101,7 @@ describe('one service per JOURNAL_DIR, one process per slot', () => {
       frozen = false;
       await stopped;
       await until('the next service ready', async () => (await fetch(`${next.url}/readyz`)).status === 200, 30_000);
-      await until('the journal produced whole', async () => (await metric(next.url, 'ingest_journal_records')) === 0, 60_000).catch(async (err: Error) => {
-        const text = await (await fetch(`${next.url}/metrics`)).text();
-        throw new Error(`${err.message}\n${text.split('\n').filter((l) => l.startsWith('ingest_journal') || l.startsWith('ingest_kafka_queue')).join('\n')}\n${next.output.slice(-15).join('\n')}`);
-      });
+      await untilJournalEmpty(next, 'the journal produced whole');
       const a = load.account(await consumeAll(topic, { expected: load.accepted, timeoutMs: 60_000, idleMs: 3_000 }));
       console.log(`${ACCOUNTING_HEADER}\n${accountingRow('a worker stopped, its primary killed, the broker frozen; the next service waited for the slot until the worker exited', a)}`);
       expect(a.accepted).toBeGreaterThan(50);

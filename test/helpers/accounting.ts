@@ -40,6 +40,8 @@ export interface Accounting {
   duplicated: number;
   /** Found in Kafka although the request was not answered 202 (500 after a partial failure, or no answer). */
   unacknowledgedButDelivered: number;
+  /** Of those, found although the request was answered with an error (4xx, 5xx): a promise broken, unlike no answer at all. */
+  deliveredAfterError: number;
   /** Accepted requests whose points are not in increasing offsets in their partition. */
   reordered: number;
   statuses: Record<string, number>;
@@ -152,6 +154,7 @@ export class AccountedLoad {
       lost: 0,
       duplicated: 0,
       unacknowledgedButDelivered: 0,
+      deliveredAfterError: 0,
       reordered: 0,
       statuses: {},
     };
@@ -175,6 +178,7 @@ export class AccountedLoad {
           }
         } else if (copies !== undefined) {
           a.unacknowledgedButDelivered += copies.length;
+          if (r.status >= 400) a.deliveredAfterError += copies.length;
         }
       }
       if (r.status === 202) {

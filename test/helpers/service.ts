@@ -84,6 +84,7 @@ export async function startService(env: Record<string, string>, opts: StartOptio
     running.delete(proc);
     resolve(code);
   }));
+  const drained = new Promise<void>((resolve) => proc.once('close', () => resolve()));
   const url = `http://127.0.0.1:${port}`;
   const service: Service = {
     url,
@@ -97,9 +98,12 @@ export async function startService(env: Record<string, string>, opts: StartOptio
       const timer = setTimeout(() => proc.kill('SIGKILL'), timeoutMs);
       const code = await exited;
       clearTimeout(timer);
-      // A failed orderly stop says why in the test's output (the worker's warnings and errors).
+      // A failed orderly stop says why in the test's output (the worker's warnings and errors). 'exit'
+      // can come before the last lines are read from the pipes: wait for them (a second at most; an
+      // orphaned worker would hold the pipes open).
       if (signal === 'SIGTERM' && code !== null && code !== 0) {
-        console.log(`service exited ${code} on SIGTERM; its warnings and errors:\n${output.filter((l) => !/^\{"level":[123]0,/.test(l)).join('\n')}`);
+        await Promise.race([drained, new Promise((r) => setTimeout(r, 1_000))]);
+        console.log(`service exited ${code} on SIGTERM; its warnings and errors:\n${warningsOf(output)}`);
       }
       return code;
     },
@@ -183,6 +187,27 @@ export function metricValue(text: string, series: string): number | undefined {
 /** One series from the service's /metrics (all workers, aggregated by the primary). */
 export async function metric(url: string, series: string): Promise<number | undefined> {
   return metricValue(await (await fetch(`${url}/metrics`)).text(), series);
+}
+
+/** The service's lines above info level (warnings, errors, fatal) and what is not a JSON log line (stderr). */
+export function warningsOf(output: readonly string[]): string {
+  return output.filter((l) => !/^\{"level":[123]0,/.test(l)).join('\n');
+}
+
+/**
+ * Waits until every worker's journal is empty: each record produced (or committed) whole. On a
+ * timeout, the error says what the journals and librdkafka's queue still held, and what the service
+ * warned of meanwhile (a failure in CI has nothing else to go by).
+ */
+export async function untilJournalEmpty(svc: Service, what: string, timeoutMs = 60_000): Promise<number> {
+  try {
+    return await until(what, async () => (await metric(svc.url, 'ingest_journal_records')) === 0, timeoutMs);
+  } catch (err) {
+    // The service may be gone (a crash): what it wrote still says why.
+    const text = await fetch(`${svc.url}/metrics`).then((r) => r.text()).catch(() => '(no answer from /metrics)');
+    const held = text.split('\n').filter((l) => /^ingest_(journal_records|journal_bytes|producer_queue_points|transactions_total)\b/.test(l));
+    throw new Error(`${(err as Error).message}\n${held.join('\n')}\nthe service's warnings and errors:\n${warningsOf(svc.output)}`);
+  }
 }
 
 /** Polls fn until it says true; returns how long that took, or throws naming what it waited for. */

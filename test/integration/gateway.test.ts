@@ -4,6 +4,7 @@ import { spawn, execFile } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
 import { cpSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
+import { connect as connectTcp } from 'node:net';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -59,6 +60,8 @@ interface Answer {
   retryAfter: string | null;
   allow: string | null;
   contentType: string | null;
+  /** Idempotent-Replayed: the gateway answered with a kept answer of an earlier request. */
+  replayed: string | null;
 }
 
 const pool = new Agent({ keepAlive: true, maxSockets: 64 });
@@ -78,7 +81,7 @@ function send(url: string, opts: { method?: string; path?: string; body?: string
           /* not JSON: the assertion shows it */
         }
         const header = (name: string) => (res.headers[name] === undefined ? null : String(res.headers[name]));
-        resolve({ status: res.statusCode ?? 0, body, retryAfter: header('retry-after'), allow: header('allow'), contentType: header('content-type') });
+        resolve({ status: res.statusCode ?? 0, body, retryAfter: header('retry-after'), allow: header('allow'), contentType: header('content-type'), replayed: header('idempotent-replayed') });
       });
     });
     req.on('error', reject);
@@ -265,6 +268,115 @@ describe('API keys', () => {
   });
 });
 
+describe('Idempotency-Key: a client\'s retries answered once', () => {
+  const cli = async (...args: string[]) => (await promisify(execFile)('redis-cli', ['-u', gwA.redisUrl, '--no-auth-warning', ...args])).stdout.trim();
+  const withKey = (idem: string, extra: Record<string, string> = {}) => json(anyKey, { 'idempotency-key': idem, ...extra });
+  const sha = (text: string) => createHash('sha256').update(text).digest('hex');
+  /** Where the gateways keep an Idempotency-Key of anyKey's client: its bucket (the API key's SHA-256), the key's SHA-256. */
+  const keptAt = (idem: string) => `gw:idem:k:${sha(anyKey)}:${sha(idem)}`;
+  /** This run's points of one container in the topic. */
+  const inKafka = async (container: string, expected: number) => (await consumeAll(topic, { expected, idleMs: 1_500 })).filter((m) => m.key === container).length;
+
+  it('the first request is passed on; its retries, through either instance, get its 202 again (Idempotent-Replayed) and the service sees none', async () => {
+    const container = `${run}-idem-retry`;
+    const body = JSON.stringify([point(container), point(container, { lat: 2 })]);
+    const before = await serviceRequests();
+    // The draft's form, a quoted string, and the bare one: the same key.
+    const quoted = randomUUID();
+    expect(await send(gwA.url, { body, headers: withKey(`"${quoted}"`) })).toMatchObject({ status: 202, body: { accepted: 2 }, replayed: null });
+    expect(await send(gwB.url, { body, headers: withKey(quoted) })).toMatchObject({ status: 202, body: { accepted: 2 }, replayed: 'true' });
+    const idem = randomUUID();
+    const answers = [await send(gwA.url, { body, headers: withKey(idem) }), await send(gwA.url, { body, headers: withKey(idem) }), await send(gwB.url, { body, headers: withKey(idem) })];
+    expect(answers.map((a) => [a.status, a.body, a.replayed])).toEqual([
+      [202, { accepted: 2 }, null],
+      [202, { accepted: 2 }, 'true'],
+      [202, { accepted: 2 }, 'true'],
+    ]);
+    await until('the service to count the requests', async () => (await serviceRequests()) >= before + 2, 5_000);
+    expect((await serviceRequests()) - before).toBe(2);
+    expect(await inKafka(container, 4)).toBe(4); // two keys, two points each, once
+  });
+
+  it('the same key with another body gets 422; a key still in flight (another instance answering it) gets 409 with Retry-After', async () => {
+    const idem = randomUUID();
+    expect((await send(gwA.url, { body: JSON.stringify([point(`${run}-idem-a`)]), headers: withKey(idem) })).status).toBe(202);
+    const other = await send(gwB.url, { body: JSON.stringify([point(`${run}-idem-b`)]), headers: withKey(idem) });
+    expect([other.status, (other.body as { error: string }).error]).toEqual([422, 'idempotency_key_reused']);
+
+    // A request that another instance is still answering: its key is kept in flight, with its body's fingerprint.
+    const body = JSON.stringify([point(`${run}-idem-flight`)]);
+    const busy = randomUUID();
+    await cli('SET', keptAt(busy), `p ${sha(body)}`, 'EX', '60');
+    const inFlight = await send(gwA.url, { body, headers: withKey(busy) });
+    expect([inFlight.status, (inFlight.body as { error: string }).error, inFlight.retryAfter]).toEqual([409, 'idempotency_key_in_flight', '1']);
+  });
+
+  it('an answer other than 202 releases the key: the retry is passed on again; a bad key is refused with 400', async () => {
+    const idem = randomUUID();
+    const invalid = JSON.stringify([point(`${run}-idem-bad`, { lat: 95 })]);
+    const before = await serviceRequests();
+    expect((await send(gwA.url, { body: invalid, headers: withKey(idem) })).status).toBe(400);
+    await until('the release of the key', async () => (await cli('EXISTS', keptAt(idem))) === '0', 5_000);
+    const again = await send(gwB.url, { body: invalid, headers: withKey(idem) });
+    expect([again.status, again.replayed]).toEqual([400, null]);
+    await until('the service to count the requests', async () => (await serviceRequests()) >= before + 2, 5_000);
+    for (const bad of ['', 'x'.repeat(256), 'caf\u00e9']) {
+      const answer = await send(gwA.url, { body: '[]', headers: json(anyKey, { 'idempotency-key': bad }) });
+      expect([bad.length, answer.status, (answer.body as { error: string }).error]).toEqual([bad.length, 400, 'idempotency_key_invalid']);
+    }
+  });
+
+  it('a device that loses its connection before the 202 and sends again gets the 202 it missed (replayed): its points in Kafka once', async () => {
+    const container = `${run}-idem-lost`;
+    const body = JSON.stringify([point(container)]);
+    const idem = randomUUID();
+    // The request written whole, the connection closed at once: nginx still takes the service's answer.
+    await new Promise<void>((resolve) => {
+      const socket = connectTcp(gwA.port, '127.0.0.1', () => {
+        socket.end(`POST /track HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nX-Api-Key: ${anyKey}\r\nIdempotency-Key: ${idem}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`, () => {
+          socket.destroy();
+          resolve();
+        });
+      });
+    });
+    let answer = await send(gwB.url, { body, headers: withKey(idem) });
+    const deadline = Date.now() + 5_000;
+    while (answer.status === 409 && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, Number(answer.retryAfter ?? '1') * 100));
+      answer = await send(gwB.url, { body, headers: withKey(idem) });
+    }
+    expect([answer.status, answer.body, answer.replayed]).toEqual([202, { accepted: 1 }, 'true']);
+    expect(await inKafka(container, 1)).toBe(1);
+  });
+
+  it('2,000 requests, each sent 3 times with its key through two instances, some while the first is in flight: every point in Kafka once; answers 202, replayed 202 or 409', { timeout: 120_000 }, async () => {
+    const n = 2_000;
+    const statuses: Record<string, number> = {};
+    const count = (a: Answer) => {
+      const label = a.status === 202 && a.replayed === 'true' ? '202 replayed' : String(a.status);
+      statuses[label] = (statuses[label] ?? 0) + 1;
+    };
+    const one = async (i: number) => {
+      const idem = randomUUID();
+      const body = JSON.stringify([point(`${run}-idem-many-${i}`)]);
+      const send3 = () => send(i % 2 === 0 ? gwB.url : gwA.url, { body, headers: withKey(idem) });
+      // The first and a retry at once (one of them in flight while the other arrives), then a late retry.
+      const [a, b] = await Promise.all([send(gwA.url, { body, headers: withKey(idem) }), send(gwB.url, { body, headers: withKey(idem) })]);
+      const c = await send3();
+      for (const x of [a, b, c]) count(x);
+    };
+    for (let i = 0; i < n; i += 50) await Promise.all(Array.from({ length: Math.min(50, n - i) }, (_, k) => one(i + k)));
+    console.log(`Idempotency-Key, ${n} requests × 3 through two gateway instances: ${JSON.stringify(statuses)}`);
+    expect(Object.keys(statuses).every((s) => ['202', '202 replayed', '409'].includes(s))).toBe(true);
+    // A send that finds the first in flight looks again 20 ms later (the gateway writes kept answers
+    // every 5 ms) and mostly gets the replay then; 409 only when the first is still being answered.
+    expect(statuses['202']).toBe(n);
+    const messages = (await consumeAll(topic, { expected: n, idleMs: 2_000, timeoutMs: 60_000 })).filter((m) => m.key.startsWith(`${run}-idem-many-`));
+    expect(messages.length).toBe(n);
+    expect(new Set(messages.map((m) => m.key)).size).toBe(n);
+  });
+});
+
 describe('rate limit, counted locally and shared through Redis', () => {
   it("answers 429 with Retry-After and a JSON body past the key's limit, for that key only; each key has its own limit", async () => {
     const [busy, small, other] = [await newKey(), await newKey(5), await newKey()];
@@ -321,7 +433,7 @@ describe('rate limit, counted locally and shared through Redis', () => {
     }
   });
 
-  it('while Redis is down each instance limits on its own and keeps serving known keys; once it is back, one limit again', async () => {
+  it('while Redis is down each instance limits on its own, keeps serving known keys and passes keyed requests on unchecked; once it is back, one limit again and keys checked again', async () => {
     const redisPort = Number(new URL(gwA.redisUrl).port);
     const key = await newKey();
     // Looked up before the outage: each gateway keeps its last answer while Redis is away.
@@ -339,6 +451,11 @@ describe('rate limit, counted locally and shared through Redis', () => {
       { 202: RATE_LIMIT, 429: 10 },
       { 202: RATE_LIMIT, 429: 10 },
     ]);
+    // An Idempotency-Key cannot be checked: the request and its retry are passed on, neither held back.
+    const unchecked = randomUUID();
+    const keyed = { body: JSON.stringify([point(`${run}-idem-unchecked`)]), headers: json(anyKey, { 'idempotency-key': unchecked }) };
+    const [first, retry] = [await send(gwA.url, keyed), await send(gwA.url, keyed)];
+    expect([first.status, first.replayed, retry.status, retry.replayed]).toEqual([202, null, 202, null]);
 
     // Started again from its snapshot in the run directory: the keys are still there.
     const redis = spawn('redis-server', ['--bind', '127.0.0.1', '--port', String(redisPort), '--save', '', '--appendonly', 'no', '--dir', gwA.runDir], { stdio: 'ignore' });
@@ -354,6 +471,10 @@ describe('rate limit, counted locally and shared through Redis', () => {
       const accepted = tally(answers)[202] ?? 0;
       expect(accepted).toBeGreaterThanOrEqual(RATE_LIMIT);
       expect(accepted).toBeLessThanOrEqual(RATE_LIMIT + 2);
+      // Keys are checked again: a retry through the other instance gets the first answer.
+      const checked = { body: JSON.stringify([point(`${run}-idem-checked`)]), headers: json(anyKey, { 'idempotency-key': randomUUID() }) };
+      const [once, again] = [await send(gwA.url, checked), await send(gwB.url, checked)];
+      expect([once.status, once.replayed, again.status, again.replayed]).toEqual([202, null, 202, 'true']);
     } finally {
       redis.kill('SIGTERM');
     }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, DEFAULTS, loadConfig, producerOptionsFrom } from '../../src/config.js';
+import { ConfigError, DEFAULTS, loadConfig, producerOptionsFrom, transactionalId } from '../../src/config.js';
 import { usableCpus } from '../../src/config.js';
 
 describe('configuration', () => {
@@ -52,6 +52,24 @@ describe('configuration', () => {
     expect(error).toBeInstanceOf(ConfigError);
     expect((error as ConfigError).variable).toBe(variable);
     expect((error as ConfigError).message).toMatch(new RegExp(`^${variable}: `));
+  });
+
+  it('DELIVERY=exactly-once: the positions topic after MQ_TOPIC, the instance from POD_NAME, a transactional.id per slot', () => {
+    const c = loadConfig({ DELIVERY: 'exactly-once', MQ_TOPIC: 'fleet.points', POD_NAME: 'track-ingest-2' });
+    expect(c.exactlyOnce).toEqual({ instance: 'track-ingest-2', positionsTopic: 'fleet.points.positions', commitIntervalMs: 100, maxPoints: 10_000, transactionTimeoutMs: 10_000 });
+    expect(transactionalId(c.exactlyOnce!, 1)).toBe('track-ingest.track-ingest-2.1');
+    expect(loadConfig({ DELIVERY: 'exactly-once', INSTANCE_ID: 'pod-a' }).exactlyOnce?.instance).toBe('pod-a');
+    expect(loadConfig({}).exactlyOnce).toBeNull();
+  });
+
+  it.each([
+    [{ DELIVERY: 'exactly-once', ACK_MODE: 'delivered' }, 'DELIVERY'],
+    [{ DELIVERY: 'exactly-once', MQ_POSITIONS_TOPIC: 'container.telemetry' }, 'MQ_POSITIONS_TOPIC'],
+    [{ DELIVERY: 'exactly-twice' }, 'DELIVERY'],
+    [{ DELIVERY: 'exactly-once', TRANSACTION_COMMIT_INTERVAL_MS: '5000', TRANSACTION_TIMEOUT_MS: '5000' }, 'TRANSACTION_COMMIT_INTERVAL_MS'],
+    [{ DELIVERY: 'exactly-once', INSTANCE_ID: 'pod a' }, 'INSTANCE_ID'],
+  ])('refuses the exactly-once settings %j, naming %s', (env, variable) => {
+    expect(() => loadConfig(env)).toThrow(expect.objectContaining({ variable }));
   });
 
   it('treats an empty value as unset', () => {

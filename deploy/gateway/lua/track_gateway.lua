@@ -28,11 +28,40 @@
 -- down; keys looked up before keep their last answer, a key never seen is limited by its address.
 -- Redis is tried again at most once a second meanwhile, with 50 ms timeouts; the change is logged once
 -- each way.
+--
+-- Idempotency-Key (the IETF draft draft-ietf-httpapi-idempotency-key-header), per client, for
+-- GATEWAY_IDEMPOTENCY_WINDOW_S (24 h; 0: the header is ignored). A POST /track with the header is
+-- keyed in Redis (gw:idem:<client bucket>:<SHA-256 of the key>) with the SHA-256 of its body:
+--   - the first is passed on, its key "in flight"; a 202 from the service is kept as the key's answer,
+--     any other answer releases the key (a retry after a 500 is passed on again);
+--   - a retry with the same body gets the kept answer again, with `Idempotent-Replayed: true`, and
+--     nothing reaches the service; while the first is still in flight (looked at twice, 20 ms
+--     apart), 409; with another body, 422;
+--   - the gateway waits for the service's answer even when the client has gone (a device that lost
+--     its connection retries, and must get the 202 it missed, not a second write).
+-- Every gateway instance shares the keys through Redis. While Redis cannot be reached, requests are
+-- passed on without the check (a retry may then be written twice), logged once each way.
+-- Each nginx worker writes its keys to Redis together: one pipelined round trip at most every
+-- GATEWAY_IDEMPOTENCY_SYNC_MS (5) carries the keys of the requests waiting for it (SET NX GET, Redis
+-- 7.0 or later) and the answers to keep. The first key after a quiet moment goes at once; under load a
+-- keyed request waits for the next write, at most that long. A round trip per request cost the
+-- gateway more than the rest of its work (bench/HISTORY.md). 0: each key written in the event loop's
+-- turn it came in.
 local redis = require "nginx.redis"
 local lrucache = require "resty.lrucache"
+local semaphore = require "ngx.semaphore"
 local ffi = require "ffi"
+local bit = require "bit"
 
-ffi.cdef [[unsigned char *SHA256(const unsigned char *d, size_t n, unsigned char *md);]]
+-- OpenSSL's SHA-256 in its three low-level calls: OpenSSL 3's one-shot SHA256() fetches the algorithm
+-- anew on every call (a hash-table look-up under a lock, seen in a profile of keyed requests). Declared
+-- as lua-resty-string declares them: where that module came first, its declaration serves.
+pcall(ffi.cdef, [[
+typedef struct SHA256state_st { unsigned int h[8]; unsigned int Nl, Nh; unsigned int data[16]; unsigned int num, md_len; } SHA256_CTX;
+int SHA256_Init(SHA256_CTX *c);
+int SHA256_Update(SHA256_CTX *c, const void *data, size_t len);
+int SHA256_Final(unsigned char *md, SHA256_CTX *c);
+]])
 
 local M = {}
 
@@ -50,6 +79,18 @@ local REDIS_IDLE_MS = 30000
 local KEY_CACHE_ENTRIES = 10000
 -- The Redis hash of a provisioned key (scripts/gateway-keys.sh writes it): name, limit.
 local KEY_PREFIX = "gw:apikey:"
+-- Idempotency-Key: how long a key is kept (GATEWAY_IDEMPOTENCY_WINDOW_S), its prefix in Redis, its longest value.
+local idem_window_s = 86400
+local IDEM_PREFIX = "gw:idem:"
+local IDEM_KEY_MAX = 255
+-- Keys and kept answers are written at most every idem_sync_s (GATEWAY_IDEMPOTENCY_SYNC_MS); a retry
+-- that finds its key in flight looks again idem_recheck_s later, past the next write, before its 409.
+local idem_sync_s = 0.005
+local idem_recheck_s = 0.02
+-- How long a keyed request waits for its write before it is passed on unchecked (Redis timeouts are 50 ms).
+local IDEM_WAIT_S = 1
+-- Requests passed on unchecked are logged at most this often per gateway instance.
+local IDEM_UNCHECKED_LOG_S = 10
 
 local function fail(message)
   error("track_gateway: " .. message, 0)
@@ -80,6 +121,10 @@ function M.init()
   sync_s = tonumber(setting("GATEWAY_RATE_LIMIT_SYNC_MS", "10", "^%d+$", "a whole number of milliseconds (0: every request counted in Redis)")) / 1000
   keys_required = setting("GATEWAY_API_KEYS", "required", "^required$", "required or off", "^off$") == "required"
   key_cache_s = tonumber(setting("GATEWAY_KEY_CACHE_S", "10", "^%d+$", "a whole number of seconds"))
+  idem_window_s = tonumber(setting("GATEWAY_IDEMPOTENCY_WINDOW_S", "86400", "^%d+$", "a whole number of seconds (0: Idempotency-Key ignored)"))
+  idem_sync_s = tonumber(setting("GATEWAY_IDEMPOTENCY_SYNC_MS", "5", "^%d+$", "a whole number of milliseconds (0: each key written in the event loop's turn it came in)")) / 1000
+  -- Past the next write of the worker that answers the first request, and its round trip.
+  idem_recheck_s = 2 * idem_sync_s + 0.01
   max_body_bytes = os.getenv("MAX_BODY_BYTES") or max_body_bytes
   redis_host, redis_port, redis_password, redis_db, redis_label = parse_redis_url(os.getenv("REDIS_URL") or "redis://127.0.0.1:6379")
 end
@@ -127,11 +172,24 @@ end
 -- ---- API keys -------------------------------------------------------------------------------------
 
 local keys = assert(lrucache.new(KEY_CACHE_ENTRIES))
+local sha256_ctx = ffi.new("SHA256_CTX")
 local digest = ffi.new("unsigned char[32]")
+local hex = ffi.new("char[64]")
+local HEX_DIGITS = ffi.new("const char[17]", "0123456789abcdef")
 
+--- Lower-case hex of the SHA-256 of text (OpenSSL's, as nginx links it), in a loop the JIT compiles:
+--- formatting byte by byte took a keyed request two calls of string.format per byte.
 local function sha256_hex(text)
-  ffi.C.SHA256(text, #text, digest)
-  return (ffi.string(digest, 32):gsub(".", function(c) return string.format("%02x", c:byte()) end))
+  local C = ffi.C
+  C.SHA256_Init(sha256_ctx)
+  C.SHA256_Update(sha256_ctx, text, #text)
+  C.SHA256_Final(digest, sha256_ctx)
+  for i = 0, 31 do
+    local b = digest[i]
+    hex[2 * i] = HEX_DIGITS[bit.rshift(b, 4)]
+    hex[2 * i + 1] = HEX_DIGITS[bit.band(b, 15)]
+  end
+  return ffi.string(hex, 64)
 end
 
 --- The key's entry { bucket, limit }, false when Redis does not know it, or nil when Redis cannot
@@ -307,6 +365,194 @@ local function json_refusal(status, code, message, retry_after)
   return ngx.exit(ngx.HTTP_OK)
 end
 
+-- ---- Idempotency-Key -------------------------------------------------------------------------------------
+
+--- The request's Idempotency-Key: nil without one, false when it is not a valid one. The draft's form
+--- is a Structured Field string ("..."); the bare value many clients send is taken too.
+local function idempotency_key()
+  local value = ngx.var.http_idempotency_key
+  if value == nil then return nil end
+  local key = value:match('^"(.*)"$') or value
+  if key == "" or #key > IDEM_KEY_MAX or key:find("[^\32-\126]") then return false end
+  return key
+end
+
+local function request_body()
+  ngx.req.read_body()
+  local body = ngx.req.get_body_data()
+  if body then return body end
+  local path = ngx.req.get_body_file()
+  if not path then return "" end
+  local f = io.open(path, "rb")
+  if not f then return "" end
+  body = f:read("*a")
+  f:close()
+  return body
+end
+
+local function idem_degraded(err)
+  redis_failed(err)
+  if dict:add("idem_degraded", true) then
+    ngx.log(ngx.ERR, "idempotency: ", redis_label, " cannot be reached (", err, "); requests with an Idempotency-Key are passed on unchecked until it answers")
+  end
+end
+
+local function idem_answered()
+  if dict:get("idem_degraded") then
+    dict:delete("idem_degraded")
+    ngx.log(ngx.WARN, "idempotency: ", redis_label, " answers again; Idempotency-Key checked again")
+  end
+end
+
+-- ---- This worker's writes of keys and answers: one pipelined round trip for all that waits ---------
+-- idem_batch holds the commands for the next write: batch[i] = { op, redis key, value }, op one of
+-- "reserve" (SET NX GET: the key's kept value, or nil once it is this request's), "get", "keep" (SET XX
+-- KEEPTTL: a 202 kept), "release" (DEL). Requests wait for its answers on batch.sema; kept answers
+-- (from the log phase, which cannot wait) are only queued.
+
+local idem_batch = nil
+local idem_scheduled = false
+local idem_last_write = 0
+
+local function idem_write(premature)
+  idem_scheduled = false
+  local batch = idem_batch
+  idem_batch = nil
+  if batch == nil then return end
+  idem_last_write = ngx.now()
+  if premature then
+    -- nginx reloads or stops: what waits is passed on unchecked; Redis is not to blame.
+    batch.err = "nginx is exiting"
+  else
+    local red, err = connect()
+    if red then
+      red:init_pipeline(batch.n)
+      for i = 1, batch.n do
+        local c = batch[i]
+        local op = c[1]
+        if op == "reserve" then red:set(c[2], c[3], "NX", "GET", "EX", idem_window_s)
+        elseif op == "get" then red:get(c[2])
+        elseif op == "keep" then red:set(c[2], c[3], "XX", "KEEPTTL")
+        else red:del(c[2]) end
+      end
+      local results
+      results, err = red:commit_pipeline()
+      if results then
+        redis_answered(red)
+        idem_answered()
+        batch.results = results
+      else
+        red:close()
+        err = "pipeline: " .. tostring(err)
+      end
+    end
+    if batch.results == nil then
+      batch.err = err
+      idem_degraded(err)
+    end
+  end
+  if batch.waiting > 0 then batch.sema:post(batch.waiting) end
+end
+
+--- Queues a command for this worker's next write (scheduled: at once after a quiet moment, else
+--- idem_sync_s after the last); returns its batch and its place in it.
+local function idem_queue(op, key, value)
+  local batch = idem_batch
+  if batch == nil then
+    batch = { n = 0, waiting = 0 }
+    idem_batch = batch
+  end
+  local n = batch.n + 1
+  batch.n = n
+  batch[n] = { op, key, value }
+  if not idem_scheduled then
+    local ok, err = ngx.timer.at(math.max(0, idem_last_write + idem_sync_s - ngx.now()), idem_write)
+    if ok then idem_scheduled = true else ngx.log(ngx.ERR, "idempotency: cannot schedule the write of Idempotency-Keys: ", err) end
+  end
+  return batch, n
+end
+
+--- Sends a command with the next write and waits for its answer: the reply, or nil and why not.
+local function idem_call(op, key, value)
+  local batch, i = idem_queue(op, key, value)
+  if batch.sema == nil then batch.sema = semaphore.new() end
+  batch.waiting = batch.waiting + 1
+  local ok, err = batch.sema:wait(IDEM_WAIT_S)
+  if not ok then return nil, "no write of Idempotency-Keys within " .. IDEM_WAIT_S .. " s (" .. tostring(err) .. ")" end
+  if batch.err then return nil, batch.err end
+  local reply = batch.results[i]
+  -- A command's own error in a pipeline: { false, message } (a Redis before 7.0 refuses SET NX GET).
+  if type(reply) == "table" then return nil, tostring(reply[2]) end
+  return reply
+end
+
+--- The kept answer of a key: "p <fingerprint>" while in flight, "d <fingerprint> <status> <body>" once answered 202.
+local function replay(kept, fingerprint)
+  local state, kept_fingerprint, rest = kept:match("^(%a) (%x+) ?(.*)$")
+  if kept_fingerprint ~= fingerprint then
+    return json_refusal(422, "idempotency_key_reused", "this Idempotency-Key was used for a request with another body; use a new key for a new request")
+  end
+  if state ~= "d" then
+    return json_refusal(409, "idempotency_key_in_flight", "a request with this Idempotency-Key is still being answered; retry to get its answer", "1")
+  end
+  local status, body = rest:match("^(%d+) (.*)$")
+  ngx.status = tonumber(status)
+  ngx.header["Content-Type"] = "application/json"
+  ngx.header["Content-Length"] = #body
+  ngx.header["Idempotent-Replayed"] = "true"
+  ngx.print(body)
+  return ngx.exit(ngx.HTTP_OK)
+end
+
+--- The access phase for a request with an Idempotency-Key: passed on (its key now in flight), or answered here.
+local function idempotency_access(bucket, key)
+  if not redis_reachable() then return end
+  local fingerprint = sha256_hex(request_body())
+  local redis_key = IDEM_PREFIX .. bucket .. ":" .. sha256_hex(key)
+  local kept, err = idem_call("reserve", redis_key, "p " .. fingerprint)
+  if err then
+    -- Every request that waited on a failed write gets here: said once in a while, not per request.
+    if dict:add("idem_unchecked_logged", true, IDEM_UNCHECKED_LOG_S) then
+      ngx.log(ngx.WARN, "idempotency: keys not checked, their requests passed on: ", err)
+    end
+    return
+  end
+  if kept == ngx.null then
+    -- First seen (or its window ended just now): pass it on, and keep its answer (idempotency_done).
+    ngx.var.idem_key = redis_key
+    ngx.var.idem_fingerprint = fingerprint
+    return
+  end
+  if kept:sub(1, 1) == "p" and kept:sub(3) == fingerprint then
+    -- In flight, or answered since the last write and not yet kept: looked at once more, past the next
+    -- write of the worker that answers it, before the 409.
+    ngx.sleep(idem_recheck_s)
+    local again = idem_call("get", redis_key)
+    if type(again) == "string" then kept = again end
+  end
+  return replay(kept, fingerprint)
+end
+
+--- body_filter of /track: the service's answer of a request whose key is kept (a 202's body is small).
+function M.idempotency_body()
+  if ngx.var.idem_key == "" then return end
+  local ctx = ngx.ctx
+  ctx.idem_body = (ctx.idem_body or "") .. (ngx.arg[1] or "")
+end
+
+--- A 202 is kept as the key's answer for the rest of its window; any other answer releases the key.
+function M.idempotency_done()
+  local redis_key = ngx.var.idem_key
+  if redis_key == nil or redis_key == "" then return end
+  -- The service's status: the last of $upstream_status (the client may have gone meanwhile: 499).
+  local status = tostring(ngx.var.upstream_status or ""):match("(%d+)%s*$")
+  if status == "202" then
+    idem_queue("keep", redis_key, "d " .. ngx.var.idem_fingerprint .. " 202 " .. (ngx.ctx.idem_body or '{"accepted":null}'))
+  else
+    idem_queue("release", redis_key)
+  end
+end
+
 function M.access()
   local bucket, limit
   -- Only the gateway names the key: a client's own X-Api-Key-Name never reaches the service.
@@ -326,7 +572,15 @@ function M.access()
     end
   end
   if not bucket then bucket, limit = "a:" .. ngx.var.remote_addr, default_limit end
-  if limit == 0 or admit(bucket, limit) then return end
+  if limit == 0 or admit(bucket, limit) then
+    if idem_window_s == 0 then return end
+    local key = idempotency_key()
+    if key == nil then return end
+    if key == false then
+      return json_refusal(400, "idempotency_key_invalid", "Idempotency-Key must be 1 to 255 printable ASCII characters, quoted as the draft shows or bare")
+    end
+    return idempotency_access(bucket, key)
+  end
   return json_refusal(429, "rate_limited", "more than " .. limit .. " requests per second for this client (its key's limit or GATEWAY_RATE_LIMIT); retry after 1 s", "1")
 end
 

@@ -55,6 +55,22 @@ function holdThreadpool(): Promise<unknown> {
 }
 
 describe('Journal', () => {
+  it.each([true, false])('gives a record this process appended back as it was appended (mapped %s): read back from its file, viewed in its mapping, after the segment rolled over too', (mapped) => {
+    const d = dir();
+    const { journal } = open(d, { mapSegments: mapped, segmentBytes: 8192 });
+    const batches = Array.from({ length: 40 }, (_, i) => batch(`rb${i}`, 1 + (i % 5)));
+    const records = batches.map((b, i) => journal.append(b, 1_000 + i));
+    expect(new Set(records.map((r) => r.segment.seq)).size).toBeGreaterThan(1); // some segments sealed
+    records.forEach((record, i) => {
+      const back = journal.readBack(record);
+      expect([keys(back), back.timestamp, messagesOf(back).values.map(String)]).toEqual([keys(batches[i]!), 1_000 + i, messagesOf(batches[i]!).values.map(String)]);
+      const view = journal.view(record);
+      if (record.segment.map === null) expect(view).toBeNull();
+      else expect([keys(view!), messagesOf(view!).values.map(String)]).toEqual([keys(batches[i]!), messagesOf(batches[i]!).values.map(String)]);
+    });
+    if (mapped && mappableFileSystem(d) !== null) expect(records.some((r) => journal.view(r) !== null)).toBe(true);
+  });
+
   it('writes each record before it returns, whole and readable: the bytes on disk are the record', () => {
     const d = dir();
     const { journal } = open(d, { mapSegments: false });

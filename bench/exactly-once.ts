@@ -1,0 +1,159 @@
+// make bench-exactly-once: what DELIVERY=exactly-once costs at the design load (issue 46's bounds).
+// For each round and shape of the design load (bench/lib/design-load.ts), three cases in turn (each
+// round starting with the next), each on a fresh service (WORKERS=2) and topic:
+//   at least once        the default
+//   exactly once         DELIVERY=exactly-once, its positions topic fresh too
+//   at least once again  the default once more: what two runs of the same code differ by (A/A)
+// vegeta sends the load (EOS_SECONDS after EOS_WARMUP_SECONDS of warm-up), and its p99 of the 202 is
+// the first figure. Meanwhile a read_committed consumer reads the topic: from a point's 202 (its
+// Kafka timestamp, the time the service accepted it) to the moment the consumer has it is the second
+// figure, the time until a consumer can see the point (the bound: TRANSACTION_COMMIT_INTERVAL_MS + 50
+// ms at p99); beside it, how long the commits took after their interval (the service's histogram).
+// Every point answered 202 is looked for, once.
+//
+//   EOS_SECONDS 20   EOS_WARMUP_SECONDS 3   EOS_ROUNDS 3   EOS_SHAPES 100×100,10000×1   EOS_CASES 1,2,3
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { release, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Kafka from 'node-rdkafka';
+import { BROKERS, createTopic, deleteTopic } from '../support/kafka.js';
+import { freePort } from '../support/ports.js';
+import { DESIGN_LOAD } from './lib/design-load.js';
+import { envNumber } from './lib/env.js';
+import { benchPoints } from './lib/points.js';
+import { cpuModel } from './lib/procfs.js';
+import { histogramQuantile } from './lib/prom-text.js';
+import { startTarget } from './lib/targets.js';
+import { vegetaAttack, vegetaPath, type VegetaReport } from './lib/vegeta.js';
+
+const SECONDS = envNumber('EOS_SECONDS', 20);
+const WARMUP_SECONDS = envNumber('EOS_WARMUP_SECONDS', 3);
+const ROUNDS = envNumber('EOS_ROUNDS', 3);
+const ALL_CASES = ['at least once', 'exactly once', 'at least once again'] as const;
+type Case = (typeof ALL_CASES)[number];
+const CHOSEN = (process.env.EOS_CASES ?? '1,2,3').split(',').map(Number);
+const CASES = ALL_CASES.filter((_, i) => CHOSEN.includes(i + 1));
+const SHAPES = (process.env.EOS_SHAPES ?? Object.keys(DESIGN_LOAD).join(',')).split(',') as (keyof typeof DESIGN_LOAD)[];
+const vegeta = vegetaPath();
+const dir = mkdtempSync(join(tmpdir(), 'bench-eos-'));
+
+interface Row {
+  shape: string;
+  case: Case;
+  round: number;
+  report: VegetaReport;
+  /** ms from acceptance to a read_committed consumer having the point: p50, p99, max. */
+  visible: { p50: number; p99: number; max: number; n: number };
+  /** Exactly once: ms from the end of a transaction's interval to its commit (ingest_transaction_commit_seconds), p50 and p99; null otherwise. */
+  commit: { p50: number; p99: number } | null;
+  accepted: number;
+  found: number;
+}
+
+const quantile = (sorted: number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * q))] ?? NaN;
+
+/**
+ * A read_committed consumer of the whole topic from its start: for each message accepted at or after
+ * `from` (its timestamp), how long after its acceptance it was read.
+ */
+function follow(topic: string) {
+  const consumer = new Kafka.KafkaConsumer(
+    { 'metadata.broker.list': BROKERS, 'group.id': `bench-eos-${topic}`, 'enable.auto.commit': false, 'isolation.level': 'read_committed', 'fetch.wait.max.ms': 5 },
+    { 'auto.offset.reset': 'earliest' },
+  );
+  const delays: number[] = [];
+  let count = 0;
+  let from = Infinity;
+  let running = true;
+  const done = (async () => {
+    await new Promise<void>((resolve, reject) => consumer.connect({ timeout: 15_000 }, (err) => (err ? reject(err) : resolve())));
+    consumer.assign(Array.from({ length: 6 }, (_, partition) => ({ topic, partition, offset: 0 })));
+    // consume(n) waits for n messages or this timeout (node-rdkafka's default: 1 s): the reader's own
+    // batching must not be what is measured.
+    consumer.setDefaultConsumeTimeout(2);
+    while (running) {
+      const batch = await new Promise<Kafka.Message[]>((resolve, reject) => consumer.consume(200, (err, m) => (err ? reject(err) : resolve(m))));
+      const now = Date.now();
+      for (const m of batch) {
+        count++;
+        const at = m.timestamp ?? 0;
+        if (at >= from) delays.push(now - at);
+      }
+      if (batch.length === 0) await new Promise((r) => setTimeout(r, 1));
+    }
+    await new Promise<void>((resolve) => consumer.disconnect(() => resolve()));
+  })();
+  return {
+    measureFrom: (t: number) => void (from = t),
+    count: () => count,
+    async stop() {
+      running = false;
+      await done;
+      const sorted = delays.sort((a, b) => a - b);
+      return { p50: quantile(sorted, 0.5), p99: quantile(sorted, 0.99), max: sorted.at(-1) ?? NaN, n: sorted.length };
+    },
+  };
+}
+
+async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: number): Promise<Row> {
+  const shape = DESIGN_LOAD[shapeName];
+  const id = `eos${Date.now().toString(36)}`;
+  const topic = await createTopic(`bench.${id}`);
+  const exactlyOnce = which === 'exactly once';
+  if (exactlyOnce) await createTopic(`${topic}.positions`, 1, 1, { config: { 'cleanup.policy': 'compact' } });
+  const env: Record<string, string> = { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS: '2', ...(exactlyOnce ? { DELIVERY: 'exactly-once', INSTANCE_ID: id } : {}) };
+  const target = await startTarget('ours', await freePort(), env);
+  const bodyFile = join(dir, `${shapeName}.json`);
+  writeFileSync(bodyFile, JSON.stringify(benchPoints(shape.points, id)));
+  const consumer = follow(topic);
+  try {
+    const attack = (seconds: number) => vegetaAttack(vegeta, { url: target.url, bodyFile, headers: {}, rate: shape.rate, seconds, dir });
+    const warm = await attack(WARMUP_SECONDS);
+    consumer.measureFrom(Date.now());
+    const scrape = () => fetch(`${target.url}/metrics`).then((r) => r.text());
+    const before = await scrape();
+    const { report } = await attack(SECONDS);
+    const after = await scrape();
+    const commitMs = (q: number) => 1000 * (histogramQuantile(before, after, 'ingest_transaction_commit_seconds', q) ?? NaN);
+    const commit = exactlyOnce ? { p50: Math.round(commitMs(0.5)), p99: Math.round(commitMs(0.99)) } : null;
+    const accepted = ((warm.report.status_codes['202'] ?? 0) + (report.status_codes['202'] ?? 0)) * shape.points;
+    const deadline = Date.now() + 30_000;
+    while (consumer.count() < accepted && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    await new Promise((r) => setTimeout(r, 1_000)); // more than accepted: duplicates
+    return { shape: shapeName, case: which, round, report, visible: await consumer.stop(), commit, accepted, found: consumer.count() };
+  } finally {
+    await target.stop();
+    await deleteTopic(topic);
+    if (exactlyOnce) await deleteTopic(`${topic}.positions`);
+  }
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const ms = (ns: number) => (ns / 1e6).toFixed(2);
+
+console.log(`${cpuModel()}, Linux ${release()}, Node ${process.version}; vegeta at the design load, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up, WORKERS=2, ${ROUNDS} rounds`);
+console.log('| shape | case | round | 202 p50 ms | 202 p99 ms | non-202 | visible to read_committed p50 / p99 / max ms | commit after the interval p50 / p99 ms | points found / accepted |');
+console.log('|---|---|---|---|---|---|---|---|---|');
+const rows: Row[] = [];
+for (let round = 1; round <= ROUNDS; round++) {
+  for (const shape of SHAPES) {
+    const first = (round - 1) % CASES.length;
+    for (const which of [...CASES.slice(first), ...CASES.slice(0, first)]) {
+      const r = await measure(shape, which, round);
+      rows.push(r);
+      const non202 = r.report.requests - (r.report.status_codes['202'] ?? 0);
+      console.log(`| ${r.shape} | ${r.case} | ${round} | ${ms(r.report.latencies['50th'])} | ${ms(r.report.latencies['99th'])} | ${non202} | ${r.visible.p50} / ${r.visible.p99} / ${r.visible.max} | ${r.commit === null ? '-' : `${r.commit.p50} / ${r.commit.p99}`} | ${r.found} / ${r.accepted} |`);
+    }
+  }
+}
+console.log('\nmedians over the rounds, ms:');
+for (const shape of SHAPES) {
+  const of = (which: Case, f: (r: Row) => number) => median(rows.filter((r) => r.shape === shape && r.case === which).map(f));
+  const line = (which: Case) => `${which}: 202 p99 ${ms(of(which, (r) => r.report.latencies['99th']))}, visible p99 ${of(which, (r) => r.visible.p99)}`;
+  console.log(`  ${shape}: ${CASES.map(line).join('; ')}`);
+}
+const wrong = rows.filter((r) => r.found !== r.accepted);
+if (wrong.length > 0) {
+  console.log(`rows whose topic does not hold every accepted point once: ${wrong.map((r) => `${r.shape} ${r.case} round ${r.round}: ${r.found} / ${r.accepted}`).join('; ')}`);
+  process.exitCode = 1;
+}

@@ -1,0 +1,44 @@
+// The journal directory's identity: a random name written once, when the directory is first used
+// with DELIVERY=exactly-once. A slot's committed position (write-ahead/transactions.ts) names the
+// journal it counts in. Segment numbers never go back within one directory (slot-files.ts), but a
+// new directory (a fresh volume, JOURNAL_DIR changed) starts again at 0: a position of the old one
+// read against it would mark new records done that Kafka never had.
+import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
+import type { JournalFiles } from './files.js';
+import { JournalError } from './journal-error.js';
+
+const ID_FILE = 'journal.id';
+const ID_RE = /^[0-9a-f-]{36}$/;
+
+/** The directory's identity, created (durably: written, synced, renamed into place, directory synced) if it has none. */
+export function journalIdentity(files: JournalFiles, dir: string): string {
+  const path = join(dir, ID_FILE);
+  try {
+    const existing = files.readFile(path).toString('utf8').trim();
+    if (ID_RE.test(existing)) return existing;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw new JournalError(`cannot read ${path}: ${(err as Error).message}`, { cause: err });
+  }
+  const id = randomUUID();
+  const tmp = `${path}.tmp`;
+  try {
+    try {
+      files.unlink(tmp);
+    } catch {
+      // none left by an earlier try
+    }
+    const fd = files.create(tmp);
+    try {
+      files.append(fd, Buffer.from(`${id}\n`));
+      files.datasyncSync(fd);
+    } finally {
+      files.close(fd);
+    }
+    files.rename(tmp, path);
+    files.syncDirSync(dir);
+  } catch (err) {
+    throw new JournalError(`cannot write ${path}: ${(err as Error).message}`, { cause: err });
+  }
+  return id;
+}

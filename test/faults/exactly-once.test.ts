@@ -1,0 +1,246 @@
+// DELIVERY=exactly-once (issue 46): every point answered 202 is in Kafka once for a read_committed
+// consumer, whatever happens to the processes, while a read_uncommitted reader of the same run shows
+// the aborted transactions' copies (the faults did hit open transactions). The local single broker
+// under steady load (8 connections, 10 points per request, each point with a sequence number).
+// Beside each kill test, the same faults in the default mode (at least once) are reported, for the
+// duplicates it leaves.
+import { describe, expect, it } from 'vitest';
+import { ACCOUNTING_HEADER, AccountedLoad, accountingRow } from '../helpers/accounting.js';
+import { eosTopics as topics, exactlyOnceEnv as exactlyOnce, expectExactlyOnce, readBoth, reportBoth as report, type Readings } from '../helpers/exactly-once.js';
+import { cpuTicks, workerPids } from '../helpers/processes.js';
+import Kafka from 'node-rdkafka';
+import { BROKERS, consumeAll, createTopic, uniqueTopic } from '../../support/kafka.js';
+import { journalDir, metric, startService, until, untilJournalEmpty, type Service } from '../helpers/service.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A read_committed consumer of the topic as it is written: the longest time between two reads that brought messages. */
+function watchVisibility(topic: string) {
+  const consumer = new Kafka.KafkaConsumer(
+    { 'metadata.broker.list': BROKERS, 'group.id': `tests-visibility-${topic}`, 'enable.auto.commit': false, 'isolation.level': 'read_committed' },
+    { 'auto.offset.reset': 'earliest' },
+  );
+  let running = true;
+  let longest = 0;
+  let last = 0;
+  const done = (async () => {
+    await new Promise<void>((resolve, reject) => consumer.connect({ timeout: 15_000 }, (err) => (err ? reject(err) : resolve())));
+    consumer.assign(Array.from({ length: 6 }, (_, partition) => ({ topic, partition, offset: 0 })));
+    while (running) {
+      const batch = await new Promise<Kafka.Message[]>((resolve, reject) => consumer.consume(1000, (err, m) => (err ? reject(err) : resolve(m))));
+      const now = Date.now();
+      if (batch.length > 0) {
+        if (last > 0) longest = Math.max(longest, now - last);
+        last = now;
+      } else await sleep(10);
+    }
+    await new Promise<void>((resolve) => consumer.disconnect(() => resolve()));
+  })();
+  return {
+    async stop(): Promise<number> {
+      running = false;
+      await done;
+      return longest;
+    },
+  };
+}
+
+/**
+ * A partition's last stable offset, polled: a read_committed client is given it as the high watermark
+ * (librdkafka's ListOffsets carries the client's isolation level).
+ */
+async function stableOffsets(topic: string) {
+  const client = new Kafka.KafkaConsumer({ 'metadata.broker.list': BROKERS, 'group.id': `tests-lso-${topic}`, 'isolation.level': 'read_committed' }, {});
+  await new Promise<void>((resolve, reject) => client.connect({ timeout: 15_000 }, (err) => (err ? reject(err) : resolve())));
+  return {
+    of: (partition: number) =>
+      new Promise<number>((resolve, reject) => client.queryWatermarkOffsets(topic, partition, 5_000, (err, o) => (err ? reject(err) : resolve(o.highOffset)))),
+    close: () => new Promise<void>((resolve) => client.disconnect(() => resolve())),
+  };
+}
+
+/** The worker with the most CPU so far: the kernel may have given it most connections. */
+const busiest = (svc: Service) => workerPids(svc).sort((a, b) => cpuTicks(b) - cpuTicks(a))[0]!;
+
+async function transactionCounts(svc: Service): Promise<string> {
+  const committed = (await metric(svc.url, 'ingest_transactions_total{outcome="committed"}')) ?? 0;
+  const aborted = (await metric(svc.url, 'ingest_transactions_total{outcome="aborted"}')) ?? 0;
+  const skipped = (await metric(svc.url, 'ingest_journal_records_already_committed_total')) ?? 0;
+  return `transactions since the last start: ${committed} committed, ${aborted} aborted; journal records already committed, not produced again: ${skipped}`;
+}
+
+/**
+ * Every worker listening before the load's keep-alive connections are made: a worker initializes its
+ * transactions before it listens, and the first one ready would otherwise get them all.
+ */
+async function everyWorkerListening(svc: Service): Promise<void> {
+  await until('every worker listening', async () => svc.output.some((l) => l.includes('"msg":"service listening"')), 15_000);
+}
+
+/**
+ * A 2-worker service killed whole (its process group) at 6 s under load, then started again on the
+ * same journal with `again` on top of its settings; once its journals are committed, the topic read both ways.
+ */
+async function killServiceAndStartAgain(name: string, again: Record<string, string>): Promise<{ second: Service; r: Readings }> {
+  const t = await topics(name);
+  const env = exactlyOnce(t, { WORKERS: '2', JOURNAL_DIR: journalDir() });
+  const first = await startService(env, { ownProcessGroup: true });
+  await everyWorkerListening(first);
+  const load = new AccountedLoad(first.url, { connections: 8, pointsPerRequest: 10 });
+  load.start();
+  await sleep(6_000);
+  process.kill(-first.proc.pid!, 'SIGKILL');
+  await first.exited;
+  await load.stop();
+  const second = await startService({ ...env, ...again, LISTEN_ADDR: `127.0.0.1:${first.port}` });
+  await untilJournalEmpty(second, 'the journals to be committed whole');
+  return { second, r: await readBoth(t.MQ_TOPIC, load) };
+}
+
+/** Three kills of the busiest worker, 5 s apart, under load. */
+async function killWorkersThrice(svc: Service, load: AccountedLoad): Promise<void> {
+  load.start();
+  await sleep(4_000);
+  for (let kill = 0; kill < 3; kill++) {
+    const victim = busiest(svc);
+    await sleep(1_000);
+    process.kill(victim, 'SIGKILL');
+    await until('a replacement worker', async () => workerPids(svc).length === 2 && !workerPids(svc).includes(victim), 15_000);
+    await sleep(4_000);
+  }
+  await load.stop();
+}
+
+describe('DELIVERY=exactly-once on the local broker, 2 workers', () => {
+  it('kill -9 of a worker three times under load: every 202 once for read_committed (at least once beside it: duplicates)', { timeout: 300_000 }, async () => {
+    const t = await topics('eos-kill-worker');
+    const svc = await startService(exactlyOnce(t, { WORKERS: '2' }));
+    await everyWorkerListening(svc);
+    const load = new AccountedLoad(svc.url, { connections: 8, pointsPerRequest: 10 });
+    await killWorkersThrice(svc, load);
+    await untilJournalEmpty(svc, 'the journals to be committed whole');
+    const r = await readBoth(t.MQ_TOPIC, load);
+    report('DELIVERY=exactly-once, kill -9 of the busiest worker three times', r, await transactionCounts(svc));
+    expect(await svc.stop()).toBe(0);
+
+    // The same faults at least once: nothing lost, and the duplicates exactly-once removes.
+    const plain = await createTopic(uniqueTopic('eos-kill-worker-plain'));
+    const before = await startService({ MQ_TOPIC: plain, WORKERS: '2' });
+    const plainLoad = new AccountedLoad(before.url, { connections: 8, pointsPerRequest: 10 });
+    await killWorkersThrice(before, plainLoad);
+    await untilJournalEmpty(before, 'the journals to be produced whole');
+    const p = plainLoad.account(await consumeAll(plain, { expected: plainLoad.accepted, timeoutMs: 90_000, idleMs: 3_000, giveUpIdleMs: 10_000 }));
+    console.log(`${ACCOUNTING_HEADER}\n${accountingRow('DELIVERY=at-least-once (the default), the same three kills', p)}`);
+    expect(p.lost).toBe(0);
+    expect(await before.stop()).toBe(0);
+
+    expectExactlyOnce(r, 10_000);
+  });
+
+  it('kill -9 of the whole service under load, then started again on its journal: every 202 once', { timeout: 180_000 }, async () => {
+    const { second, r } = await killServiceAndStartAgain('eos-kill-service', {});
+    report('DELIVERY=exactly-once, kill -9 of the service at 6 s, started again', r, await transactionCounts(second));
+    expect(await second.stop()).toBe(0);
+    expectExactlyOnce(r, 5_000);
+  });
+
+  it('kill -9 of a 2-worker service, started again with WORKERS=1: slot 0 fences slot 1\'s transactional.id and commits its journal, every 202 once', { timeout: 180_000 }, async () => {
+    const { second, r } = await killServiceAndStartAgain('eos-shrink', { WORKERS: '1' });
+    expect(second.output.join('\n')).toMatch(/fenced the transactional.id of a slot whose journal files this worker took over/);
+    report('DELIVERY=exactly-once, kill -9 of the 2-worker service at 6 s, started again with WORKERS=1', r, await transactionCounts(second));
+    expect(await second.stop()).toBe(0);
+    expectExactlyOnce(r, 5_000);
+  });
+
+  it('a worker frozen past TRANSACTION_TIMEOUT_MS, then woken: its transaction aborted by the broker, which holds read_committed consumers back meanwhile; produced again, every 202 once', { timeout: 180_000 }, async () => {
+    const t = await topics('eos-freeze-worker');
+    const svc = await startService(exactlyOnce(t, { WORKERS: '2', TRANSACTION_TIMEOUT_MS: '3000' }));
+    await everyWorkerListening(svc);
+    const load = new AccountedLoad(svc.url, { connections: 8, pointsPerRequest: 10, requestTimeoutMs: 60_000 });
+    // A read_committed consumer beside it, reported: the longest time it read nothing. Nothing after
+    // the open transaction's first message can be read until the broker aborts it, but a consumer
+    // that lags reads what came before meanwhile (a run read a 1.8 s gap for a 6.9 s hold), so the
+    // hold is asserted as the broker keeps it: the partition's last stable offset, below.
+    const watcher = watchVisibility(t.MQ_TOPIC);
+    load.start();
+    await sleep(4_000);
+    const victim = busiest(svc);
+    await sleep(1_000);
+    // Frozen between two transactions (its commit answered, the next not begun), the worker holds
+    // nothing open: the other worker's commits move every partition's last stable offset on, and the
+    // broker aborts nothing (a run of this test read 1.1 s held back, no aborted copy). Frozen again,
+    // 2 s later, until a freeze catches a transaction open: partition 0's stable offset then stays.
+    const lso = await stableOffsets(t.MQ_TOPIC);
+    let caught = false;
+    let freezes = 0;
+    let frozenAt = 0;
+    let stable = -1;
+    for (let attempt = 1; attempt <= 5 && !caught; attempt++) {
+      freezes = attempt;
+      frozenAt = Date.now();
+      process.kill(victim, 'SIGSTOP');
+      await sleep(500);
+      stable = await lso.of(0);
+      await sleep(1_500);
+      caught = (await lso.of(0)) === stable;
+      if (!caught) {
+        process.kill(victim, 'SIGCONT');
+        await sleep(2_000);
+      }
+    }
+    expect(caught).toBe(true);
+    // How long consumers are held back, as the broker holds them: until partition 0's last stable
+    // offset moves on, polled while the worker stays frozen (25 s in all). The broker aborts the
+    // transaction after its timeout, and looks for timed-out transactions every 10 s
+    // (transaction.abort.timed.out.transaction.cleanup.interval.ms).
+    let heldMs = -1;
+    while (Date.now() - frozenAt < 25_000) {
+      await sleep(200);
+      if (heldMs < 0 && (await lso.of(0)) !== stable) heldMs = Date.now() - frozenAt;
+    }
+    await lso.close();
+    process.kill(victim, 'SIGCONT');
+    await sleep(5_000);
+    await load.stop();
+    await untilJournalEmpty(svc, 'the journals to be committed whole');
+    const readGapMs = await watcher.stop();
+    const r = await readBoth(t.MQ_TOPIC, load);
+    report(
+      'DELIVERY=exactly-once, the busiest worker frozen 25 s (transaction timeout 3 s)',
+      r,
+      `${await transactionCounts(svc)}; partition 0's last stable offset held ${heldMs} ms after the freeze; a read_committed consumer's longest gap between reads ${readGapMs} ms; freezes until one caught a transaction open: ${freezes}`,
+    );
+    // Held until the broker aborted the transaction: its timeout (3 s from its start), plus up to the
+    // check interval and the markers' write; not until the worker woke (25 s: -1).
+    expect(heldMs).toBeGreaterThan(2_000);
+    expect(heldMs).toBeLessThan(18_000);
+    expect(await svc.stop()).toBe(0);
+    expectExactlyOnce(r, 5_000);
+  });
+
+  it('a second process with the same INSTANCE_ID fences the first, which stops (exit 7); started again, its journal gives every 202 once', { timeout: 180_000 }, async () => {
+    const t = await topics('eos-fenced');
+    const env = exactlyOnce(t, { WORKERS: '1', STANDBY_WORKER: '0' });
+    const dir = journalDir();
+    const first = await startService({ ...env, JOURNAL_DIR: dir });
+    const load = new AccountedLoad(first.url, { connections: 4, pointsPerRequest: 10 });
+    load.start();
+    await sleep(3_000);
+    // Another host's process under the same identity: another journal directory.
+    const second = await startService(env);
+    const code = await Promise.race([first.exited, sleep(30_000).then(() => 'still running' as const)]);
+    await load.stop();
+    expect(code).toBe(7);
+    expect(first.output.join('\n')).toMatch(/fenced: another process took this slot's transactional.id/);
+    expect(await second.stop()).toBe(0);
+    // What the fenced process accepted and had not committed stays in its journal, for its next start.
+    const again = await startService({ ...env, JOURNAL_DIR: dir });
+    await untilJournalEmpty(again, 'the journal to be committed whole');
+    const r = await readBoth(t.MQ_TOPIC, load);
+    report('DELIVERY=exactly-once, the same INSTANCE_ID started elsewhere at 3 s; the first started again', r, await transactionCounts(again));
+    expect(await again.stop()).toBe(0);
+    expect(r.committed.lost).toBe(0);
+    expect(r.committed.duplicated).toBe(0);
+    expect(r.committed.deliveredAfterError).toBe(0);
+  });
+});
