@@ -3,6 +3,10 @@
 // journal it counts in. Segment numbers never go back within one directory (slot-files.ts), but a
 // new directory (a fresh volume, JOURNAL_DIR changed) starts again at 0: a position of the old one
 // read against it would mark new records done that Kafka never had.
+//
+// The primary creates it, holding the directory's lock (process/supervisor.ts), before it forks: two
+// workers creating it at once would each publish their own id, and the one that lost would count
+// its positions in a journal the directory no longer names. Workers only read it back.
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import type { JournalFiles } from './files.js';
@@ -21,7 +25,7 @@ export function journalIdentity(files: JournalFiles, dir: string): string {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw new JournalError(`cannot read ${path}: ${(err as Error).message}`, { cause: err });
   }
   const id = randomUUID();
-  const tmp = `${path}.tmp`;
+  const tmp = `${path}.${process.pid}.tmp`;
   try {
     try {
       files.unlink(tmp);

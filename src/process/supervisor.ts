@@ -16,6 +16,7 @@
 // second service given the same directory stops at once (exit 6), naming the process that holds it.
 import cluster, { type Worker } from 'node:cluster';
 import { diskFiles } from '../journal/files.js';
+import { journalIdentity } from '../journal/journal-id.js';
 import { JournalInUse, lockJournalDir } from '../journal/slot-lock.js';
 import { workerMallocEnv } from './allocator.js';
 import { workerExecArgv } from './gc.js';
@@ -54,7 +55,7 @@ export function runPrimary(config: Config, runtime: RuntimeSummary): void {
   const log = createLogger(config.logLevel, { role: 'primary' });
   // What ps shows, and what the lock file says of its holder to a second service given the same directory.
   process.title = 'track-ingest primary';
-  holdJournalDir(config.journalDir);
+  holdJournalDir(config.journalDir, config.exactlyOnce !== null);
   const metrics = createPrimaryMetrics();
 
   const listening = new Set<number>();
@@ -196,13 +197,15 @@ export function runPrimary(config: Config, runtime: RuntimeSummary): void {
 }
 
 /**
- * Takes JOURNAL_DIR for this service's life (creating it, durably, if missing); stops the process
+ * Takes JOURNAL_DIR for this service's life (creating it, durably, if missing), and with exactly
+ * once gives it its identity (journal/journal-id.ts) before any worker reads it; stops the process
  * when another service holds it (exit 6) or it cannot be used (exit 2). The lock goes with the
  * process: nothing releases it but its end.
  */
-function holdJournalDir(dir: string): void {
+function holdJournalDir(dir: string, identified: boolean): void {
   try {
     lockJournalDir(diskFiles, dir);
+    if (identified) journalIdentity(diskFiles, dir);
   } catch (err) {
     if (err instanceof JournalInUse) {
       process.stderr.write(`cannot start: ${err.message}\n`);

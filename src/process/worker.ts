@@ -69,19 +69,20 @@ export async function runWorker(config: Config): Promise<void> {
     process.stderr.write(`configuration error: JOURNAL_DIR: ${err instanceof JournalError ? err.message : String(err)}\n`);
     process.exit(EXIT.CONFIG);
   }
-  log.info({ slot, slots: [...claim.slots], refusedTopic: config.refused?.topic ?? 'off', ackMode: config.ackMode, journalSync: config.journalSync, journalWrites: journal.mappedOn === null ? 'pwritev' : `mapped (${journal.mappedOn})`, malloc: runsOnJemalloc() ? 'jemalloc' : 'system', gc: runsSingleThreadedGc() ? 'single-threaded' : 'parallel' }, 'worker started');
-  if (journal.recovering) log.warn({ dir: config.journalDir, slot, bytes: journal.bytes }, 'the journal holds points an earlier process did not see acknowledged; producing them again once Kafka takes points');
-
+  // Created by the primary before it forked (journal/journal-id.ts): this reads it back.
   let journalId: string | null = null;
   if (config.exactlyOnce !== null) {
     try {
       journalId = journalIdentity(diskFiles, config.journalDir);
     } catch (err) {
-      log.fatal({ err }, 'cannot give the journal directory its identity (check JOURNAL_DIR)');
+      log.fatal({ err }, 'cannot read the journal directory\'s identity (check JOURNAL_DIR)');
       process.stderr.write(`configuration error: JOURNAL_DIR: ${(err as Error).message}\n`);
       process.exit(EXIT.CONFIG);
     }
   }
+  log.info({ slot, slots: [...claim.slots], journal: journalId ?? undefined, refusedTopic: config.refused?.topic ?? 'off', ackMode: config.ackMode, journalSync: config.journalSync, journalWrites: journal.mappedOn === null ? 'pwritev' : `mapped (${journal.mappedOn})`, malloc: runsOnJemalloc() ? 'jemalloc' : 'system', gc: runsSingleThreadedGc() ? 'single-threaded' : 'parallel' }, 'worker started');
+  if (journal.recovering) log.warn({ dir: config.journalDir, slot, bytes: journal.bytes }, 'the journal holds points an earlier process did not see acknowledged; producing them again once Kafka takes points');
+
   let producer: KafkaProducer;
   let refusedProducer: RefusedProducer | null = null;
   try {

@@ -4,6 +4,8 @@
 // under steady load (8 connections, 10 points per request, each point with a sequence number).
 // Beside each kill test, the same faults in the default mode (at least once) are reported, for the
 // duplicates it leaves.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ACCOUNTING_HEADER, AccountedLoad, accountingRow } from '../helpers/accounting.js';
 import { eosTopics as topics, exactlyOnceEnv as exactlyOnce, expectExactlyOnce, readBoth, reportBoth as report, type Readings } from '../helpers/exactly-once.js';
@@ -97,6 +99,11 @@ async function killServiceAndStartAgain(name: string, again: Record<string, stri
   return { second, r: await readBoth(t.MQ_TOPIC, load) };
 }
 
+/** The journal identity each worker's start line names. */
+function startedJournals(svc: Service): string[] {
+  return svc.output.filter((l) => l.includes('"msg":"worker started"')).map((l) => (JSON.parse(l) as { journal: string }).journal);
+}
+
 /** Three kills of the busiest worker, 5 s apart, under load. */
 async function killWorkersThrice(svc: Service, load: AccountedLoad): Promise<void> {
   load.start();
@@ -112,6 +119,20 @@ async function killWorkersThrice(svc: Service, load: AccountedLoad): Promise<voi
 }
 
 describe('DELIVERY=exactly-once on the local broker, 2 workers', () => {
+  // The workers once each created the identity of a fresh directory at the same moment: one failed
+  // to start (its temporary file renamed away by the other), or both started with ids of their own.
+  it('a fresh JOURNAL_DIR started with 4 workers, three times: every worker names the one identity the directory keeps', { timeout: 120_000 }, async () => {
+    const t = await topics('eos-identity');
+    for (let start = 0; start < 3; start++) {
+      const dir = journalDir();
+      const svc = await startService(exactlyOnce(t, { WORKERS: '4', JOURNAL_DIR: dir }));
+      await until('4 workers started', async () => startedJournals(svc).length === 4, 15_000);
+      const kept = readFileSync(join(dir, 'journal.id'), 'utf8').trim();
+      expect(startedJournals(svc)).toEqual([kept, kept, kept, kept]);
+      expect(await svc.stop()).toBe(0);
+    }
+  });
+
   it('kill -9 of a worker three times under load: every 202 once for read_committed (at least once beside it: duplicates)', { timeout: 300_000 }, async () => {
     const t = await topics('eos-kill-worker');
     const svc = await startService(exactlyOnce(t, { WORKERS: '2' }));
