@@ -25,6 +25,7 @@ import { cpuModel } from './lib/procfs.js';
 import { histogramQuantile } from './lib/prom-text.js';
 import { startTarget } from './lib/targets.js';
 import { vegetaAttack, vegetaPath, type VegetaReport } from './lib/vegeta.js';
+import { median, roundOrder } from './lib/rounds.js';
 
 const SECONDS = envNumber('EOS_SECONDS', 20);
 const WARMUP_SECONDS = envNumber('EOS_WARMUP_SECONDS', 3);
@@ -128,7 +129,6 @@ async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: 
   }
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const ms = (ns: number) => (ns / 1e6).toFixed(2);
 
 console.log(`${cpuModel()}, Linux ${release()}, Node ${process.version}; vegeta at the design load, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up, WORKERS=2, ${ROUNDS} rounds`);
@@ -137,8 +137,7 @@ console.log('|---|---|---|---|---|---|---|---|---|');
 const rows: Row[] = [];
 for (let round = 1; round <= ROUNDS; round++) {
   for (const shape of SHAPES) {
-    const first = (round - 1) % CASES.length;
-    for (const which of [...CASES.slice(first), ...CASES.slice(0, first)]) {
+    for (const which of roundOrder(CASES, round)) {
       const r = await measure(shape, which, round);
       rows.push(r);
       const non202 = r.report.requests - (r.report.status_codes['202'] ?? 0);

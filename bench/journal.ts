@@ -19,6 +19,7 @@ import type { JournalBatch } from '../src/journal/record.js';
 import { claimSlotsNow } from '../src/journal/slot-lock.js';
 import { encodePoints } from '../src/track-point/encode.js';
 import { benchPoints } from './lib/points.js';
+import { median } from './lib/rounds.js';
 
 type JournalClass = new (opts: JournalOptions) => JournalType;
 const env = process.env;
@@ -85,8 +86,7 @@ for (const sync of ['process', 'disk'] as const) {
 }
 if (builds.length > 1) {
   console.log('\nratio this tree / each compared build, the median of the rounds:');
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-  for (const sync of ['process', 'disk']) {
+    for (const sync of ['process', 'disk']) {
     for (const points of [100, 1]) {
       const ours = median(results.get(`${sync}|${points}|this tree`)!);
       const ratios = builds.slice(1).map((b) => `${(ours / median(results.get(`${sync}|${points}|${b.name}`)!)).toFixed(3)} (${ours.toFixed(3)} / ${median(results.get(`${sync}|${points}|${b.name}`)!).toFixed(3)})`);

@@ -28,6 +28,7 @@ import { benchPoints } from './lib/points.js';
 import { cpuModel } from './lib/procfs.js';
 import { seriesValue } from './lib/prom-text.js';
 import { startBareHttp, startTarget } from './lib/targets.js';
+import { median, roundOrder } from './lib/rounds.js';
 
 const FLOOD_RATE = envNumber('FLOOD_RATE', 5000);
 const FLOOD_CONNECTIONS = envNumber('FLOOD_CONNECTIONS', 20);
@@ -114,7 +115,6 @@ async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: 
 }
 
 const CASES = ALL_CASES.filter((_, i) => CHOSEN.includes(i + 1));
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 await createTopic(REFUSED_TOPIC).catch(() => undefined); // there already: fine
 console.log(`${cpuModel()}, Linux ${release()}, Node ${process.version}; design load paced, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up, WORKERS=2; flood: ${FLOOD_RATE} invalid requests/s on ${FLOOD_CONNECTIONS} connections; ${ROUNDS} rounds`);
@@ -123,8 +123,7 @@ console.log('|---|---|---|---|---|---|---|---|---|---|');
 const rows: Row[] = [];
 for (let round = 1; round <= ROUNDS; round++) {
   for (const shape of SHAPES) {
-    const first = (round - 1) % CASES.length;
-    for (const which of [...CASES.slice(first), ...CASES.slice(0, first)]) {
+    for (const which of roundOrder(CASES, round)) {
       const r = await measure(shape, which, round);
       rows.push(r);
       const f = r.flood;
