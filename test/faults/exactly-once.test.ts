@@ -49,16 +49,53 @@ function watchVisibility(topic: string) {
 
 /**
  * A partition's last stable offset, polled: a read_committed client is given it as the high watermark
- * (librdkafka's ListOffsets carries the client's isolation level).
+ * (librdkafka's ListOffsets carries the client's isolation level); a read_uncommitted one, the high
+ * watermark itself.
  */
 async function stableOffsets(topic: string) {
-  const client = new Kafka.KafkaConsumer({ 'metadata.broker.list': BROKERS, 'group.id': `tests-lso-${topic}`, 'isolation.level': 'read_committed' }, {});
-  await new Promise<void>((resolve, reject) => client.connect({ timeout: 15_000 }, (err) => (err ? reject(err) : resolve())));
-  return {
-    of: (partition: number) =>
-      new Promise<number>((resolve, reject) => client.queryWatermarkOffsets(topic, partition, 5_000, (err, o) => (err ? reject(err) : resolve(o.highOffset)))),
-    close: () => new Promise<void>((resolve) => client.disconnect(() => resolve())),
+  const connect = async (isolation: 'read_committed' | 'read_uncommitted') => {
+    const client = new Kafka.KafkaConsumer({ 'metadata.broker.list': BROKERS, 'group.id': `tests-lso-${topic}`, 'isolation.level': isolation }, {});
+    await new Promise<void>((resolve, reject) => client.connect({ timeout: 15_000 }, (err) => (err ? reject(err) : resolve())));
+    return client;
   };
+  const [committed, uncommitted] = await Promise.all([connect('read_committed'), connect('read_uncommitted')]);
+  const high = (client: Kafka.KafkaConsumer, partition: number) =>
+    new Promise<number>((resolve, reject) => client.queryWatermarkOffsets(topic, partition, 5_000, (err, o) => (err ? reject(err) : resolve(o.highOffset))));
+  return {
+    of: (partition: number) => high(committed, partition),
+    highOf: (partition: number) => high(uncommitted, partition),
+    close: () => Promise.all([committed, uncommitted].map((c) => new Promise<void>((resolve) => c.disconnect(() => resolve())))),
+  };
+}
+
+type Offsets = Awaited<ReturnType<typeof stableOffsets>>;
+
+/**
+ * Stops the processes (SIGSTOP) once they hold a transaction open with messages on the broker: a
+ * partition whose last stable offset stays put for 1.5 s, below its high watermark, while they are
+ * stopped (another worker's commits move on every partition nothing holds). Stopped between two
+ * transactions (a commit answered, the next one's messages not yet sent), a process holds nothing:
+ * killed there, it aborts nothing, and the run cannot show that the fault hit an open transaction (a
+ * CI run killed the whole service there once; a run of the frozen-worker test read 1.1 s held back).
+ * Then they go on, and are stopped again 2 s later, 5 times at most.
+ */
+async function stopHoldingTransaction(pids: readonly number[], offsets: Offsets): Promise<{ stops: number; partition: number; stable: number; stoppedAt: number }> {
+  const all = [0, 1, 2, 3, 4, 5];
+  for (let stops = 1; stops <= 5; stops++) {
+    const stoppedAt = Date.now();
+    for (const pid of pids) process.kill(pid, 'SIGSTOP');
+    // A commit already sent when they stopped is answered meanwhile.
+    await sleep(500);
+    const before = await Promise.all(all.map((p) => offsets.of(p)));
+    await sleep(1_500);
+    const after = await Promise.all(all.map((p) => offsets.of(p)));
+    const high = await Promise.all(all.map((p) => offsets.highOf(p)));
+    const partition = all.find((p) => after[p] === before[p] && high[p]! > after[p]!);
+    if (partition !== undefined) return { stops, partition, stable: after[partition]!, stoppedAt };
+    for (const pid of pids) process.kill(pid, 'SIGCONT');
+    await sleep(2_000);
+  }
+  throw new Error('5 stops caught no transaction open with messages on the broker');
 }
 
 /** The worker with the most CPU so far: the kernel may have given it most connections. */
@@ -80,7 +117,8 @@ async function everyWorkerListening(svc: Service): Promise<void> {
 }
 
 /**
- * A 2-worker service killed whole (its process group) at 6 s under load, then started again on the
+ * A 2-worker service killed whole (its process group) under load, from 6 s on once it holds a
+ * transaction open (stopHoldingTransaction), then started again on the
  * same journal with `again` on top of its settings; once its journals are committed, the topic read both ways.
  */
 async function killServiceAndStartAgain(name: string, again: Record<string, string>): Promise<{ second: Service; r: Readings }> {
@@ -91,9 +129,13 @@ async function killServiceAndStartAgain(name: string, again: Record<string, stri
   const load = new AccountedLoad(first.url, { connections: 8, pointsPerRequest: 10 });
   load.start();
   await sleep(6_000);
+  const offsets = await stableOffsets(t.MQ_TOPIC);
+  const { stops } = await stopHoldingTransaction([-first.proc.pid!], offsets);
   process.kill(-first.proc.pid!, 'SIGKILL');
+  await offsets.close();
   await first.exited;
   await load.stop();
+  console.log(`stops of the service until one caught a transaction open: ${stops}`);
   const second = await startService({ ...env, ...again, LISTEN_ADDR: `127.0.0.1:${first.port}` });
   await untilJournalEmpty(second, 'the journals to be committed whole');
   return { second, r: await readBoth(t.MQ_TOPIC, load) };
@@ -104,17 +146,20 @@ function startedJournals(svc: Service): string[] {
   return svc.output.filter((l) => l.includes('"msg":"worker started"')).map((l) => (JSON.parse(l) as { journal: string }).journal);
 }
 
-/** Three kills of the busiest worker, 5 s apart, under load. */
-async function killWorkersThrice(svc: Service, load: AccountedLoad): Promise<void> {
+/** Three kills of the busiest worker, 5 s apart, under load; with exactly once (`eosTopic`), each while it holds a transaction open. */
+async function killWorkersThrice(svc: Service, load: AccountedLoad, eosTopic: string | null): Promise<void> {
   load.start();
   await sleep(4_000);
+  const offsets = eosTopic === null ? null : await stableOffsets(eosTopic);
   for (let kill = 0; kill < 3; kill++) {
     const victim = busiest(svc);
     await sleep(1_000);
+    if (offsets !== null) await stopHoldingTransaction([victim], offsets);
     process.kill(victim, 'SIGKILL');
     await until('a replacement worker', async () => workerPids(svc).length === 2 && !workerPids(svc).includes(victim), 15_000);
     await sleep(4_000);
   }
+  await offsets?.close();
   await load.stop();
 }
 
@@ -138,7 +183,7 @@ describe('DELIVERY=exactly-once on the local broker, 2 workers', () => {
     const svc = await startService(exactlyOnce(t, { WORKERS: '2' }));
     await everyWorkerListening(svc);
     const load = new AccountedLoad(svc.url, { connections: 8, pointsPerRequest: 10 });
-    await killWorkersThrice(svc, load);
+    await killWorkersThrice(svc, load, t.MQ_TOPIC);
     await untilJournalEmpty(svc, 'the journals to be committed whole');
     const r = await readBoth(t.MQ_TOPIC, load);
     report('DELIVERY=exactly-once, kill -9 of the busiest worker three times', r, await transactionCounts(svc));
@@ -148,7 +193,7 @@ describe('DELIVERY=exactly-once on the local broker, 2 workers', () => {
     const plain = await createTopic(uniqueTopic('eos-kill-worker-plain'));
     const before = await startService({ MQ_TOPIC: plain, WORKERS: '2' });
     const plainLoad = new AccountedLoad(before.url, { connections: 8, pointsPerRequest: 10 });
-    await killWorkersThrice(before, plainLoad);
+    await killWorkersThrice(before, plainLoad, null);
     await untilJournalEmpty(before, 'the journals to be produced whole');
     const p = plainLoad.account(await consumeAll(plain, { expected: plainLoad.accepted, timeoutMs: 90_000, idleMs: 3_000, giveUpIdleMs: 10_000 }));
     console.log(`${ACCOUNTING_HEADER}\n${accountingRow('DELIVERY=at-least-once (the default), the same three kills', p)}`);
@@ -160,7 +205,7 @@ describe('DELIVERY=exactly-once on the local broker, 2 workers', () => {
 
   it('kill -9 of the whole service under load, then started again on its journal: every 202 once', { timeout: 180_000 }, async () => {
     const { second, r } = await killServiceAndStartAgain('eos-kill-service', {});
-    report('DELIVERY=exactly-once, kill -9 of the service at 6 s, started again', r, await transactionCounts(second));
+    report('DELIVERY=exactly-once, kill -9 of the service from 6 s on, a transaction open, started again', r, await transactionCounts(second));
     expect(await second.stop()).toBe(0);
     expectExactlyOnce(r, 5_000);
   });
@@ -168,7 +213,7 @@ describe('DELIVERY=exactly-once on the local broker, 2 workers', () => {
   it('kill -9 of a 2-worker service, started again with WORKERS=1: slot 0 fences slot 1\'s transactional.id and commits its journal, every 202 once', { timeout: 180_000 }, async () => {
     const { second, r } = await killServiceAndStartAgain('eos-shrink', { WORKERS: '1' });
     expect(second.output.join('\n')).toMatch(/fenced the transactional.id of a slot whose journal files this worker took over/);
-    report('DELIVERY=exactly-once, kill -9 of the 2-worker service at 6 s, started again with WORKERS=1', r, await transactionCounts(second));
+    report('DELIVERY=exactly-once, kill -9 of the 2-worker service from 6 s on, a transaction open, started again with WORKERS=1', r, await transactionCounts(second));
     expect(await second.stop()).toBe(0);
     expectExactlyOnce(r, 5_000);
   });
@@ -187,37 +232,18 @@ describe('DELIVERY=exactly-once on the local broker, 2 workers', () => {
     await sleep(4_000);
     const victim = busiest(svc);
     await sleep(1_000);
-    // Frozen between two transactions (its commit answered, the next not begun), the worker holds
-    // nothing open: the other worker's commits move every partition's last stable offset on, and the
-    // broker aborts nothing (a run of this test read 1.1 s held back, no aborted copy). Frozen again,
-    // 2 s later, until a freeze catches a transaction open: partition 0's stable offset then stays.
+    // Frozen once it holds a transaction open (stopHoldingTransaction): one of its partitions' last
+    // stable offset then stays put.
     const lso = await stableOffsets(t.MQ_TOPIC);
-    let caught = false;
-    let freezes = 0;
-    let frozenAt = 0;
-    let stable = -1;
-    for (let attempt = 1; attempt <= 5 && !caught; attempt++) {
-      freezes = attempt;
-      frozenAt = Date.now();
-      process.kill(victim, 'SIGSTOP');
-      await sleep(500);
-      stable = await lso.of(0);
-      await sleep(1_500);
-      caught = (await lso.of(0)) === stable;
-      if (!caught) {
-        process.kill(victim, 'SIGCONT');
-        await sleep(2_000);
-      }
-    }
-    expect(caught).toBe(true);
-    // How long consumers are held back, as the broker holds them: until partition 0's last stable
+    const { stops: freezes, partition, stable, stoppedAt: frozenAt } = await stopHoldingTransaction([victim], lso);
+    // How long consumers are held back, as the broker holds them: until that partition's last stable
     // offset moves on, polled while the worker stays frozen (25 s in all). The broker aborts the
     // transaction after its timeout, and looks for timed-out transactions every 10 s
     // (transaction.abort.timed.out.transaction.cleanup.interval.ms).
     let heldMs = -1;
     while (Date.now() - frozenAt < 25_000) {
       await sleep(200);
-      if (heldMs < 0 && (await lso.of(0)) !== stable) heldMs = Date.now() - frozenAt;
+      if (heldMs < 0 && (await lso.of(partition)) !== stable) heldMs = Date.now() - frozenAt;
     }
     await lso.close();
     process.kill(victim, 'SIGCONT');
@@ -229,7 +255,7 @@ describe('DELIVERY=exactly-once on the local broker, 2 workers', () => {
     report(
       'DELIVERY=exactly-once, the busiest worker frozen 25 s (transaction timeout 3 s)',
       r,
-      `${await transactionCounts(svc)}; partition 0's last stable offset held ${heldMs} ms after the freeze; a read_committed consumer's longest gap between reads ${readGapMs} ms; freezes until one caught a transaction open: ${freezes}`,
+      `${await transactionCounts(svc)}; partition ${partition}'s last stable offset held ${heldMs} ms after the freeze; a read_committed consumer's longest gap between reads ${readGapMs} ms; freezes until one caught a transaction open: ${freezes}`,
     );
     // Held until the broker aborted the transaction: its timeout (3 s from its start), plus up to the
     // check interval and the markers' write; not until the worker woke (25 s: -1).
