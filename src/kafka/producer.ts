@@ -225,11 +225,11 @@ export class KafkaProducer {
 
   /**
    * Hands messages to librdkafka for `topic` (a transaction's position: transactions.ts), keyed, with
-   * the current time; throws what librdkafka refuses. The tag is unused: in a transaction the commit,
-   * not the acknowledgements, says what Kafka has.
+   * the current time; whether it took them all (a full queue takes fewer), and throws what librdkafka
+   * raises. The tag is unused: in a transaction the commit, not the acknowledgements, says what Kafka has.
    */
-  produceTo(topic: string, batch: ProducedBatch): void {
-    this.producer.produceBatch(topic, batch.data, batch.messages, 0, Date.now());
+  produceTo(topic: string, batch: ProducedBatch): boolean {
+    return this.producer.produceBatch(topic, batch.data, batch.messages, 0, Date.now()) === batch.count;
   }
 
   /**

@@ -42,7 +42,8 @@ export interface TransactionalProducer {
   abortTransaction(timeoutMs: number): Promise<void>;
   /** Hands the messages of a batch from the `from`-th on to librdkafka; returns how many of those it took. */
   produceRest(batch: ProducedBatch, from: number, timestamp: number): number;
-  produceTo(topic: string, batch: ProducedBatch): void;
+  /** Hands messages to librdkafka for another topic; whether it took them all. */
+  produceTo(topic: string, batch: ProducedBatch): boolean;
   /** librdkafka refused a message with its fatal error (the next transaction call returns it). */
   readonly failedFatally: boolean;
   /** librdkafka refused a message because the transaction failed: it takes none until it is aborted. */
@@ -334,9 +335,14 @@ export class Transactions {
     }
     const positions = this.positionsOf(this.open);
     try {
-      for (const [slot, position] of positions) this.producer.produceTo(this.settings.positionsTopic, positionMessage(this.opts.keyOf(slot), position));
+      for (const [slot, position] of positions) {
+        if (!this.producer.produceTo(this.settings.positionsTopic, positionMessage(this.opts.keyOf(slot), position))) {
+          throw new Error(`librdkafka's queue did not take the position of slot ${slot} (queue.buffering.max.messages or .kbytes reached)`);
+        }
+      }
     } catch (err) {
-      // The position could not be queued: nothing of this transaction may count; abort it.
+      // A position not queued: committed without it, the transaction's records would be produced
+      // again by the slot's next holder after a crash before their marks. Aborted, they go again in the next.
       await this.abort(err);
       return;
     }

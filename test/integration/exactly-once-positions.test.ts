@@ -16,7 +16,7 @@ import { diskFiles } from '../../src/journal/files.js';
 import { journalIdentity } from '../../src/journal/journal-id.js';
 import type { Journal } from '../../src/journal/journal.js';
 import { readPositions } from '../../src/kafka/positions.js';
-import { KafkaProducer } from '../../src/kafka/producer.js';
+import { KafkaProducer, type ProducedBatch } from '../../src/kafka/producer.js';
 import { producerSettings } from '../../src/kafka/settings.js';
 import { createWorkerMetrics, type WorkerMetrics } from '../../src/metrics/metrics.js';
 import { encodePoints } from '../../src/track-point/encode.js';
@@ -33,18 +33,24 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const request = (r: number) =>
   encodePoints(Array.from({ length: 10 }, (_, i) => ({ container_id: `r${r}-p${i}`, lat: 1, lon: 2, timestamp: '2024-05-01T12:00:00Z', speed: 0 })));
 
+/** A fault injected into the first transaction: its commit answered "abort", or its position refused by librdkafka's queue. */
+type FirstTransactionFault = 'commit requires an abort' | 'position refused' | null;
+
 /** One process's slot 0: its journal, its transactional producer, its transactions (polled as the worker does). */
-async function holder(config: Config, metrics: WorkerMetrics, crashAfterCommit: boolean, failFirstCommit = false) {
+async function holder(config: Config, metrics: WorkerMetrics, crashAfterCommit: boolean, fault: FirstTransactionFault = null) {
   const exactlyOnce = config.exactlyOnce!;
   const { journal } = openJournal({ dir, maxBytes: config.journalMaxBytes, sync: 'process' });
   const producer = new KafkaProducer(config, quiet, metrics, producerSettings(config, 'eos-positions', transactionalId(exactlyOnce, 0)));
   producer.start();
   expect(await producer.whenAccepting(20_000)).toBe(true);
   let commits = 0;
+  let positions = 0;
   // The process "dies" the moment its first commit returned: nothing after it runs.
   const transactional: TransactionalProducer = Object.assign(Object.create(producer) as KafkaProducer, {
+    // As librdkafka's produce answers when its queue is full: taken, none.
+    produceTo: (topic: string, batch: ProducedBatch) => (fault === 'position refused' && positions++ === 0 ? false : producer.produceTo(topic, batch)),
     commitTransaction: async (timeoutMs: number) => {
-      if (failFirstCommit && commits === 0) {
+      if (fault === 'commit requires an abort' && commits === 0) {
         commits++;
         // What librdkafka answers when the transaction must be aborted (a message that failed in it).
         throw Object.assign(new Error('injected: the transaction requires an abort'), { isTxnRequiresAbort: true });
@@ -111,13 +117,13 @@ describe('DELIVERY=exactly-once: a crash between the commit and the journal mark
     expect(svc.output.join('\n')).toContain(`the positions topic ${topic}.missing (MQ_POSITIONS_TOPIC) does not exist`);
   });
 
-  it('an abortable error: the transaction is aborted and its records, read back from the journal, committed in the next one, each point once', { timeout: 120_000 }, async () => {
+  it.each(['commit requires an abort', 'position refused'] as const)('%s: the transaction is aborted and its records, read back from the journal, committed in the next one, each point once', { timeout: 120_000 }, async (fault) => {
     const topic = await createTopic(uniqueTopic('eos-abort'));
     const positionsTopic = `${topic}.positions`;
     execFileSync(KAFKA_SH, ['topic', positionsTopic, '1', 'cleanup.policy=compact'], { stdio: 'ignore' });
     const config = loadConfig({ MQ_BROKERS: BROKERS, MQ_TOPIC: topic, JOURNAL_DIR: dir, DELIVERY: 'exactly-once', INSTANCE_ID: `unit-${topic.slice(-8)}`, MQ_POSITIONS_TOPIC: positionsTopic, TRANSACTION_COMMIT_INTERVAL_MS: '200' });
     const metrics = createWorkerMetrics('abort');
-    const h = await holder(config, metrics, false, true);
+    const h = await holder(config, metrics, false, fault);
     for (let r = 0; r < 5; r++) accept(h.journal, h.transactions, r);
     await until('the journal committed whole', async () => h.journal.records === 0, 30_000);
     h.stop();
