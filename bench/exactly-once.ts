@@ -11,6 +11,10 @@
 // ms at p99); beside it, how long the commits took after their interval (the service's histogram).
 // Every point answered 202 is looked for, once.
 //
+//   exactly once, compared build   with EOS_COMPARE=path/to/other/dist/src/main.js (a worktree of an
+//                                  earlier commit, built): the same, that build's (case 4, added to the
+//                                  chosen cases when EOS_COMPARE is set)
+//
 //   EOS_SECONDS 20   EOS_WARMUP_SECONDS 3   EOS_ROUNDS 3   EOS_SHAPES 100×100,10000×1   EOS_CASES 1,2,3
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { release, tmpdir } from 'node:os';
@@ -30,9 +34,10 @@ import { median, roundOrder } from './lib/rounds.js';
 const SECONDS = envNumber('EOS_SECONDS', 20);
 const WARMUP_SECONDS = envNumber('EOS_WARMUP_SECONDS', 3);
 const ROUNDS = envNumber('EOS_ROUNDS', 3);
-const ALL_CASES = ['at least once', 'exactly once', 'at least once again'] as const;
+const ALL_CASES = ['at least once', 'exactly once', 'at least once again', 'exactly once, compared build'] as const;
 type Case = (typeof ALL_CASES)[number];
-const CHOSEN = (process.env.EOS_CASES ?? '1,2,3').split(',').map(Number);
+const COMPARE = process.env.EOS_COMPARE;
+const CHOSEN = [...(process.env.EOS_CASES ?? '1,2,3').split(',').map(Number), ...(COMPARE === undefined ? [] : [4])];
 const CASES = ALL_CASES.filter((_, i) => CHOSEN.includes(i + 1));
 const SHAPES = (process.env.EOS_SHAPES ?? Object.keys(DESIGN_LOAD).join(',')).split(',') as (keyof typeof DESIGN_LOAD)[];
 const vegeta = vegetaPath();
@@ -100,10 +105,10 @@ async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: 
   const shape = DESIGN_LOAD[shapeName];
   const id = `eos${Date.now().toString(36)}`;
   const topic = await createTopic(`bench.${id}`);
-  const exactlyOnce = which === 'exactly once';
+  const exactlyOnce = which.startsWith('exactly once');
   if (exactlyOnce) await createTopic(`${topic}.positions`, 1, 1, { config: { 'cleanup.policy': 'compact' } });
   const env: Record<string, string> = { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS: '2', ...(exactlyOnce ? { DELIVERY: 'exactly-once', INSTANCE_ID: id } : {}) };
-  const target = await startTarget('ours', await freePort(), env);
+  const target = await startTarget('ours', await freePort(), env, which === 'exactly once, compared build' ? COMPARE : undefined);
   const bodyFile = join(dir, `${shapeName}.json`);
   writeFileSync(bodyFile, JSON.stringify(benchPoints(shape.points, id)));
   const consumer = follow(topic);
@@ -131,7 +136,7 @@ async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: 
 
 const ms = (ns: number) => (ns / 1e6).toFixed(2);
 
-console.log(`${cpuModel()}, Linux ${release()}, Node ${process.version}; vegeta at the design load, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up, WORKERS=2, ${ROUNDS} rounds`);
+console.log(`${cpuModel()}, Linux ${release()}, Node ${process.version}; vegeta at the design load, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up, WORKERS=2, ${ROUNDS} rounds${COMPARE === undefined ? '' : `; compared build ${COMPARE}`}`);
 console.log('| shape | case | round | 202 p50 ms | 202 p99 ms | non-202 | visible to read_committed p50 / p99 / max ms | commit after the interval p50 / p99 ms | points found / accepted |');
 console.log('|---|---|---|---|---|---|---|---|---|');
 const rows: Row[] = [];
@@ -148,7 +153,8 @@ for (let round = 1; round <= ROUNDS; round++) {
 console.log('\nmedians over the rounds, ms:');
 for (const shape of SHAPES) {
   const of = (which: Case, f: (r: Row) => number) => median(rows.filter((r) => r.shape === shape && r.case === which).map(f));
-  const line = (which: Case) => `${which}: 202 p99 ${ms(of(which, (r) => r.report.latencies['99th']))}, visible p99 ${of(which, (r) => r.visible.p99)}`;
+  const line = (which: Case) =>
+    `${which}: 202 p99 ${ms(of(which, (r) => r.report.latencies['99th']))}, visible p99 ${of(which, (r) => r.visible.p99)}${which.startsWith('exactly once') ? `, commit p50 / p99 ${of(which, (r) => r.commit!.p50)} / ${of(which, (r) => r.commit!.p99)}` : ''}`;
   console.log(`  ${shape}: ${CASES.map(line).join('; ')}`);
 }
 const wrong = rows.filter((r) => r.found !== r.accepted);
