@@ -301,6 +301,7 @@ export class Transactions {
     if (this.state !== 'beginning') return;
     this.state = 'open';
     this.openedAt = performance.now();
+    this.restatePositions();
     const waiting = this.waiting;
     this.waiting = [];
     this.waitingPoints = 0;
@@ -311,6 +312,22 @@ export class Transactions {
     }
     if (this.openPoints >= this.settings.maxPoints) void this.end();
     else this.endTimer = setTimeout(() => void this.end(), this.settings.commitIntervalMs);
+  }
+
+  /**
+   * Each committed position written again, unchanged, as a transaction opens. librdkafka joins a
+   * partition to the transaction (AddPartitionsToTxn) when a message first goes to it, and holds the
+   * message until the coordinator answers: written only at the end, a position cost every commit
+   * that round trip. Now its partition joins with the points' ones; the position written at the end
+   * comes after this one, and the newest position of a key is the one read back. Best effort: what
+   * librdkafka refuses here it refuses again at the end, which aborts the transaction.
+   */
+  private restatePositions(): void {
+    try {
+      for (const [slot, position] of this.committed) this.producer.produceTo(this.settings.positionsTopic, positionMessage(this.opts.keyOf(slot), position));
+    } catch {
+      // the end says it
+    }
   }
 
   /** Positions, then the commit; once committed, every record of the transaction is done. */
