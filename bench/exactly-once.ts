@@ -5,15 +5,14 @@
 //   exactly once         DELIVERY=exactly-once, its positions topic fresh too
 //   at least once again  the default once more: what two runs of the same code differ by (A/A)
 // vegeta sends the load in two windows of EOS_SECONDS, after EOS_WARMUP_SECONDS of warm-up:
-//   1. nothing else runs: vegeta's p99 of the 202 is the first figure, what the devices see.
-//   2. a read_committed consumer of the topic, in this process, has caught up with what the first
-//      window accepted and follows the second: from a point's 202 (its Kafka timestamp, the time the
-//      service accepted it) to the moment the consumer has it is the second figure, the time until a
-//      consumer can see the point (the bound: TRANSACTION_COMMIT_INTERVAL_MS + 50 ms at p99); beside
-//      it, how long the commits took after their interval (the service's histogram).
+//   1. a read_committed consumer, in this process, follows the topic from its start: from a point's
+//      202 (its Kafka timestamp, the time the service accepted it) to the moment the consumer has it
+//      is the time until a consumer can see the point (the bound: TRANSACTION_COMMIT_INTERVAL_MS + 50
+//      ms at p99); beside it, how long the commits took after their interval (the service's histogram).
+//   2. the reader stopped, nothing else runs: vegeta's p99 of the 202, what the devices see.
 // Why two windows: the reader takes a core's share of this 2-core machine at 10,000 points a second,
 // and with it running the 202's p99 at 10000×1 read 18 to 418 ms, in either mode (bench/HISTORY.md).
-// Every point answered 202, in both windows, is looked for, once.
+// Then a second reader counts the topic: every point answered 202, in both windows, is looked for, once.
 //
 //   exactly once, compared build   with EOS_COMPARE=path/to/other/dist/src/main.js (a worktree of an
 //                                  earlier commit, built): the same, that build's (case 4, added to the
@@ -115,30 +114,38 @@ async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: 
   const target = await startTarget('ours', await freePort(), env, which === 'exactly once, compared build' ? COMPARE : undefined);
   const bodyFile = join(dir, `${shapeName}.json`);
   writeFileSync(bodyFile, JSON.stringify(benchPoints(shape.points, id)));
-  let consumer: ReturnType<typeof follow> | null = null;
+  const readers: ReturnType<typeof follow>[] = [];
+  const read = () => {
+    const reader = follow(topic);
+    readers.push(reader);
+    return reader;
+  };
   try {
     const attack = (seconds: number) => vegetaAttack(vegeta, { url: target.url, bodyFile, headers: {}, rate: shape.rate, seconds, dir });
     const points = (r: VegetaReport) => (r.status_codes['202'] ?? 0) * shape.points;
+    const follower = read();
     const warm = await attack(WARMUP_SECONDS);
-    const { report } = await attack(SECONDS);
-    // The reader catches up with what the first window accepted before the second begins.
-    consumer = follow(topic);
-    const caughtUp = Date.now() + 30_000;
-    while (consumer.count() < points(warm.report) + points(report) && Date.now() < caughtUp) await new Promise((r) => setTimeout(r, 100));
-    consumer.measureFrom(Date.now());
+    follower.measureFrom(Date.now());
     const scrape = () => fetch(`${target.url}/metrics`).then((r) => r.text());
     const before = await scrape();
     const followed = await attack(SECONDS);
     const after = await scrape();
     const commitMs = (q: number) => 1000 * (histogramQuantile(before, after, 'ingest_transaction_commit_seconds', q) ?? NaN);
     const commit = exactlyOnce ? { p50: Math.round(commitMs(0.5)), p99: Math.round(commitMs(0.99)) } : null;
-    const accepted = points(warm.report) + points(report) + points(followed.report);
-    const deadline = Date.now() + 30_000;
-    while (consumer.count() < accepted && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    const until = async (reader: ReturnType<typeof follow>, count: number) => {
+      const deadline = Date.now() + 60_000;
+      while (reader.count() < count && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    };
+    await until(follower, points(warm.report) + points(followed.report));
+    const visible = await follower.stop();
+    const { report } = await attack(SECONDS);
+    const accepted = points(warm.report) + points(followed.report) + points(report);
+    const counter = read();
+    await until(counter, accepted);
     await new Promise((r) => setTimeout(r, 1_000)); // more than accepted: duplicates
-    return { shape: shapeName, case: which, round, report, visible: await consumer.stop(), commit, accepted, found: consumer.count() };
+    return { shape: shapeName, case: which, round, report, visible, commit, accepted, found: counter.count() };
   } finally {
-    if (consumer !== null) await consumer.stop().catch(() => undefined);
+    for (const reader of readers) await reader.stop().catch(() => undefined);
     await target.stop();
     await deleteTopic(topic);
     if (exactlyOnce) await deleteTopic(`${topic}.positions`);
