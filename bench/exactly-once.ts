@@ -154,7 +154,7 @@ async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: 
 
 const ms = (ns: number) => (ns / 1e6).toFixed(2);
 
-console.log(`${cpuModel()}, Linux ${release()}, Node ${process.version}; vegeta at the design load, two windows of ${SECONDS} s per row (the 202 alone, then followed by a reader) after ${WARMUP_SECONDS} s of warm-up, WORKERS=2, ${ROUNDS} rounds${COMPARE === undefined ? '' : `; compared build ${COMPARE}`}`);
+console.log(`${cpuModel()}, Linux ${release()}, Node ${process.version}; vegeta at the design load, two windows of ${SECONDS} s per row (the first followed by a reader, the second the 202 alone) after ${WARMUP_SECONDS} s of warm-up, WORKERS=2, ${ROUNDS} rounds${COMPARE === undefined ? '' : `; compared build ${COMPARE}`}`);
 console.log('| shape | case | round | 202 p50 ms | 202 p99 ms | non-202 | visible to read_committed p50 / p99 / max ms | commit after the interval p50 / p99 ms | points found / accepted |');
 console.log('|---|---|---|---|---|---|---|---|---|');
 const rows: Row[] = [];

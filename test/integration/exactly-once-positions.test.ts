@@ -143,7 +143,7 @@ describe('DELIVERY=exactly-once: a crash between the commit and the journal mark
   // A graceful stop commits what is open and marks its records done before the journal closes: a
   // restart then finds nothing to recover (records left would be skipped by the position, but read
   // back and counted as recovered).
-  it('a drain just after a commit of 2,000 records leaves every record marked done', { timeout: 120_000 }, async () => {
+  it('a drain with 2,000 records in the open transaction commits them and leaves every record marked done', { timeout: 120_000 }, async () => {
     const topic = await createTopic(uniqueTopic('eos-drain'));
     const positionsTopic = `${topic}.positions`;
     execFileSync(KAFKA_SH, ['topic', positionsTopic, '1', 'cleanup.policy=compact'], { stdio: 'ignore' });
