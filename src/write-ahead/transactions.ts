@@ -324,10 +324,15 @@ export class Transactions {
    */
   private restatePositions(): void {
     try {
-      for (const [slot, position] of this.committed) this.producer.produceTo(this.settings.positionsTopic, positionMessage(this.opts.keyOf(slot), position));
+      for (const [slot, position] of this.committed) this.producePosition(slot, position);
     } catch {
       // the end says it
     }
+  }
+
+  /** A slot's position to the positions topic, in the open transaction; whether librdkafka took it. */
+  private producePosition(slot: number, position: JournalPosition): boolean {
+    return this.producer.produceTo(this.settings.positionsTopic, positionMessage(this.opts.keyOf(slot), position));
   }
 
   /** Positions, then the commit; once committed, every record of the transaction is done. */
@@ -353,7 +358,7 @@ export class Transactions {
     const positions = this.positionsOf(this.open);
     try {
       for (const [slot, position] of positions) {
-        if (!this.producer.produceTo(this.settings.positionsTopic, positionMessage(this.opts.keyOf(slot), position))) {
+        if (!this.producePosition(slot, position)) {
           throw new Error(`librdkafka's queue did not take the position of slot ${slot} (queue.buffering.max.messages or .kbytes reached)`);
         }
       }
