@@ -206,21 +206,33 @@ export class KafkaProducer {
 
   /** Fences every earlier producer of this transactional.id and aborts its open transaction. */
   initTransactions(timeoutMs: number): Promise<void> {
-    return settled((done) => this.producer.initTransactions(timeoutMs, done));
+    return this.transactionCall((done) => this.producer.initTransactions(timeoutMs, done));
   }
 
   beginTransaction(): Promise<void> {
     this.transactionFailed = false;
-    return settled((done) => this.producer.beginTransaction(done));
+    return this.transactionCall((done) => this.producer.beginTransaction(done));
   }
 
   /** Flushes what the transaction produced, then commits it. */
   commitTransaction(timeoutMs: number): Promise<void> {
-    return settled((done) => this.producer.commitTransaction(timeoutMs, done));
+    return this.transactionCall((done) => this.producer.commitTransaction(timeoutMs, done));
   }
 
   abortTransaction(timeoutMs: number): Promise<void> {
-    return settled((done) => this.producer.abortTransaction(timeoutMs, done));
+    return this.transactionCall((done) => this.producer.abortTransaction(timeoutMs, done));
+  }
+
+  /** The transaction call under way (node-rdkafka runs it on a thread of libuv's pool), for disconnect(). */
+  private callUnderWay: Promise<unknown> | null = null;
+
+  private transactionCall(call: (done: (err: Kafka.LibrdKafkaError | null | undefined) => void) => void): Promise<void> {
+    const result = settled(call);
+    const underWay = result.catch(() => undefined).finally(() => {
+      if (this.callUnderWay === underWay) this.callUnderWay = null;
+    });
+    this.callUnderWay = underWay;
+    return result;
   }
 
   /**
@@ -282,9 +294,25 @@ export class KafkaProducer {
     return flushed;
   }
 
-  /** Disconnects, within timeoutMs (at least 1 s). */
-  disconnect(timeoutMs: number): Promise<void> {
-    return this.link.disconnect(timeoutMs);
+  /**
+   * Disconnects, within timeoutMs (at least 1 s). A transaction call still under way is waited for
+   * first: disconnecting destroys the librdkafka client that call's thread is blocked in, and the
+   * process aborts (librdkafka asserts in rd_kafka_txn_curr_api_return0: a worker stopped while its
+   * initTransactions waited for the coordinator did). Still under way at the deadline, the client is
+   * left as it is: the process exits next, and the broker ends what the call began.
+   */
+  async disconnect(timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    if (this.callUnderWay !== null) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([this.callUnderWay, new Promise((resolve) => (timer = setTimeout(resolve, Math.max(0, timeoutMs))))]);
+      clearTimeout(timer);
+      if (this.callUnderWay !== null) {
+        this.log.warn({ timeoutMs }, 'a Kafka transaction call is still under way: the producer is left connected (disconnecting under it would crash the process)');
+        return;
+      }
+    }
+    await this.link.disconnect(deadline - Date.now());
   }
 
   // ---- events from node-rdkafka -----------------------------------------------------------------

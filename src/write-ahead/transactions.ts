@@ -142,6 +142,11 @@ export class Transactions {
     return this.waitingPoints + this.laterPoints;
   }
 
+  /** Whether drain() ran: a method, so that a check after an await is not narrowed away by the one before it. */
+  private drained(): boolean {
+    return this.state === 'stopped';
+  }
+
   /** Whether the slot's transactions are initialized and its position read: records are produced. */
   get ready(): boolean {
     return this.state !== 'starting' && this.state !== 'failed' && this.state !== 'stopped';
@@ -150,7 +155,8 @@ export class Transactions {
   /**
    * Fences the slot's earlier holders and reads the committed positions of every slot this journal
    * holds. Throws what stops the start: initTransactions refused INIT_ATTEMPTS times (a broker without
-   * transactions), the positions topic missing or unreadable.
+   * transactions), the positions topic missing or unreadable. Drained meanwhile (a shutdown during
+   * the start), it returns as soon as the call under way does, the slot not ready.
    */
   async start(slots: readonly number[], readPositions: (keys: string[]) => Promise<Map<string, JournalPosition>>): Promise<void> {
     for (let attempt = 1; ; attempt++) {
@@ -159,6 +165,7 @@ export class Transactions {
         break;
       } catch (err) {
         const e = err as ClassifiedError;
+        if (this.drained()) return;
         if (e.isFatal === true || attempt >= INIT_ATTEMPTS) {
           throw new Error(
             `cannot initialize Kafka transactions for ${this.opts.keyOf(slots[0] ?? 0)} (${e.message ?? String(err)}): DELIVERY=exactly-once needs brokers with transactions, whose transaction.state.log.replication.factor and transaction.state.log.min.isr the cluster can meet (1 on a single broker)`,
@@ -168,8 +175,10 @@ export class Transactions {
         this.log.warn({ err, attempt }, 'initTransactions failed; trying again');
       }
     }
+    if (this.drained()) return;
     const keys = slots.map((slot) => this.opts.keyOf(slot));
     const found = await readPositions(keys);
+    if (this.drained()) return;
     slots.forEach((slot, i) => {
       const position = found.get(keys[i]!);
       if (position === undefined) return;

@@ -191,7 +191,7 @@ export class WriteAhead implements PointSink {
   async startTransactions(slots: readonly number[], readPositions: Parameters<Transactions['start']>[1]): Promise<void> {
     if (this.transactions === null) return;
     await this.transactions.start(slots, readPositions);
-    this.followAcks();
+    if (this.transactions.ready) this.followAcks();
   }
 
   /** ACK_MODE=delivered: no journal; answered once Kafka answered for every point (acks=all), or at the deadline. */

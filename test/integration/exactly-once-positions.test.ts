@@ -140,6 +140,48 @@ describe('DELIVERY=exactly-once: a crash between the commit and the journal mark
     await h.producer.disconnect(2_000);
   });
 
+  // A worker stopped as it starts: its drain found no transaction and disconnected the producer while
+  // initTransactions waited on a thread of libuv's pool. Destroying the client under that call made
+  // it time out, then abort the process in librdkafka (a CI run of the 4-worker start test: SIGABRT,
+  // "rd_kafka_txn_curr_api_return0: Assertion ... failed").
+  it('a shutdown while initTransactions is under way: the disconnect waits for it, which succeeds; the start returns with the slot not ready', { timeout: 60_000 }, async () => {
+    const topic = await createTopic(uniqueTopic('eos-stop-at-start'));
+    const positionsTopic = `${topic}.positions`;
+    execFileSync(KAFKA_SH, ['topic', positionsTopic, '1', 'cleanup.policy=compact'], { stdio: 'ignore' });
+    const config = loadConfig({ MQ_BROKERS: BROKERS, MQ_TOPIC: topic, JOURNAL_DIR: dir, DELIVERY: 'exactly-once', INSTANCE_ID: `unit-${topic.slice(-8)}`, MQ_POSITIONS_TOPIC: positionsTopic });
+    const exactlyOnce = config.exactlyOnce!;
+    const { journal } = openJournal({ dir, maxBytes: config.journalMaxBytes, sync: 'process' });
+    const producer = new KafkaProducer(config, quiet, createWorkerMetrics('stop-at-start'), producerSettings(config, 'eos-stop-at-start', transactionalId(exactlyOnce, 0)));
+    producer.start();
+    expect(await producer.whenAccepting(20_000)).toBe(true);
+    const inits: string[] = [];
+    const watched: TransactionalProducer = Object.assign(Object.create(producer) as KafkaProducer, {
+      initTransactions: (timeoutMs: number) => producer.initTransactions(timeoutMs).then(() => void inits.push('ok'), (err: Error) => {
+        inits.push(err.message);
+        throw err;
+      }),
+    });
+    const transactions = new Transactions({
+      journal,
+      journalId: journalIdentity(diskFiles, dir),
+      producer: watched,
+      settings: exactlyOnce,
+      keyOf: (slot) => transactionalId(exactlyOnce, slot),
+      log: quiet,
+      metrics: createWorkerMetrics('stop-at-start'),
+      onFatal: () => {
+        throw new Error('unexpected fatal error');
+      },
+    });
+    const started = transactions.start([0], (keys) => readPositions({ brokers: BROKERS, topic: positionsTopic, keys, connection: {}, timeoutMs: 20_000 }));
+    // The worker's shutdown, as it runs when the signal comes during the start.
+    expect(await transactions.drain(Date.now() + 10_000)).toBe(0);
+    await producer.disconnect(10_000);
+    await started;
+    expect(inits).toEqual(['ok']);
+    expect(transactions.ready).toBe(false);
+  });
+
   // A graceful stop commits what is open and marks its records done before the journal closes: a
   // restart then finds nothing to recover (records left would be skipped by the position, but read
   // back and counted as recovered).
