@@ -36,6 +36,23 @@ const request = (r: number) =>
 /** A fault injected into the first transaction: its commit answered "abort", or its position refused by librdkafka's queue. */
 type FirstTransactionFault = 'commit requires an abort' | 'position refused' | null;
 
+/** Slot 0's transactions over `journal` through `producer`, as a worker makes them; a fatal error fails the test. */
+function slotTransactions(config: Config, journal: Journal, producer: TransactionalProducer, metrics: WorkerMetrics): Transactions {
+  const exactlyOnce = config.exactlyOnce!;
+  return new Transactions({
+    journal,
+    journalId: journalIdentity(diskFiles, dir),
+    producer,
+    settings: exactlyOnce,
+    keyOf: (slot) => transactionalId(exactlyOnce, slot),
+    log: quiet,
+    metrics,
+    onFatal: () => {
+      throw new Error('unexpected fatal error');
+    },
+  });
+}
+
 /** One process's slot 0: its journal, its transactional producer, its transactions (polled as the worker does). */
 async function holder(config: Config, metrics: WorkerMetrics, crashAfterCommit: boolean, fault: FirstTransactionFault = null) {
   const exactlyOnce = config.exactlyOnce!;
@@ -60,18 +77,7 @@ async function holder(config: Config, metrics: WorkerMetrics, crashAfterCommit: 
       if (crashAfterCommit) await new Promise(() => {});
     },
   });
-  const transactions = new Transactions({
-    journal,
-    journalId: journalIdentity(diskFiles, dir),
-    producer: transactional,
-    settings: exactlyOnce,
-    keyOf: (slot) => transactionalId(exactlyOnce, slot),
-    log: quiet,
-    metrics,
-    onFatal: () => {
-      throw new Error('unexpected fatal error');
-    },
-  });
+  const transactions = slotTransactions(config, journal, transactional, metrics);
   await transactions.start([0], (keys) => readPositions({ brokers: BROKERS, topic: exactlyOnce.positionsTopic, keys, connection: {}, timeoutMs: 20_000 }));
   const poll = setInterval(() => transactions.pass(), 10);
   return { journal, producer, transactions, commits: () => commits, stop: () => clearInterval(poll) };
@@ -161,18 +167,7 @@ describe('DELIVERY=exactly-once: a crash between the commit and the journal mark
         throw err;
       }),
     });
-    const transactions = new Transactions({
-      journal,
-      journalId: journalIdentity(diskFiles, dir),
-      producer: watched,
-      settings: exactlyOnce,
-      keyOf: (slot) => transactionalId(exactlyOnce, slot),
-      log: quiet,
-      metrics: createWorkerMetrics('stop-at-start'),
-      onFatal: () => {
-        throw new Error('unexpected fatal error');
-      },
-    });
+    const transactions = slotTransactions(config, journal, watched, createWorkerMetrics('stop-at-start'));
     const started = transactions.start([0], (keys) => readPositions({ brokers: BROKERS, topic: positionsTopic, keys, connection: {}, timeoutMs: 20_000 }));
     // The worker's shutdown, as it runs when the signal comes during the start.
     expect(await transactions.drain(Date.now() + 10_000)).toBe(0);
