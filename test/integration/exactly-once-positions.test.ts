@@ -36,6 +36,19 @@ const request = (r: number) =>
 /** A fault injected into the first transaction: its commit answered "abort", or its position refused by librdkafka's queue. */
 type FirstTransactionFault = 'commit requires an abort' | 'position refused' | null;
 
+/** A fresh points topic and its compacted positions topic, and the settings of slot 0 in exactly-once mode over them (`more` on top). */
+async function exactlyOnceTopic(name: string, more: Record<string, string> = {}): Promise<{ topic: string; config: Config }> {
+  const topic = await createTopic(uniqueTopic(name));
+  const positionsTopic = `${topic}.positions`;
+  execFileSync(KAFKA_SH, ['topic', positionsTopic, '1', 'cleanup.policy=compact'], { stdio: 'ignore' });
+  const config = loadConfig({ MQ_BROKERS: BROKERS, MQ_TOPIC: topic, JOURNAL_DIR: dir, DELIVERY: 'exactly-once', INSTANCE_ID: `unit-${topic.slice(-8)}`, MQ_POSITIONS_TOPIC: positionsTopic, ...more });
+  return { topic, config };
+}
+
+/** How a worker reads the committed positions at its start (read_committed), for Transactions.start. */
+const readCommittedPositions = (config: Config) => (keys: string[]) =>
+  readPositions({ brokers: BROKERS, topic: config.exactlyOnce!.positionsTopic, keys, connection: {}, timeoutMs: 20_000 });
+
 /** Slot 0's transactions over `journal` through `producer`, as a worker makes them; a fatal error fails the test. */
 function slotTransactions(config: Config, journal: Journal, producer: TransactionalProducer, metrics: WorkerMetrics): Transactions {
   const exactlyOnce = config.exactlyOnce!;
@@ -78,7 +91,7 @@ async function holder(config: Config, metrics: WorkerMetrics, crashAfterCommit: 
     },
   });
   const transactions = slotTransactions(config, journal, transactional, metrics);
-  await transactions.start([0], (keys) => readPositions({ brokers: BROKERS, topic: exactlyOnce.positionsTopic, keys, connection: {}, timeoutMs: 20_000 }));
+  await transactions.start([0], readCommittedPositions(config));
   const poll = setInterval(() => transactions.pass(), 10);
   return { journal, producer, transactions, commits: () => commits, stop: () => clearInterval(poll) };
 }
@@ -91,10 +104,7 @@ function accept(journal: Journal, transactions: Transactions | null, r: number):
 
 describe('DELIVERY=exactly-once: a crash between the commit and the journal marks', () => {
   it('the next holder skips the records the committed position covers and produces the rest: each point once', { timeout: 120_000 }, async () => {
-    const topic = await createTopic(uniqueTopic('eos-positions'));
-    const positionsTopic = `${topic}.positions`;
-    execFileSync(KAFKA_SH, ['topic', positionsTopic, '1', 'cleanup.policy=compact'], { stdio: 'ignore' });
-    const config = loadConfig({ MQ_BROKERS: BROKERS, MQ_TOPIC: topic, JOURNAL_DIR: dir, DELIVERY: 'exactly-once', INSTANCE_ID: `unit-${topic.slice(-8)}`, MQ_POSITIONS_TOPIC: positionsTopic, TRANSACTION_COMMIT_INTERVAL_MS: '200' });
+    const { topic, config } = await exactlyOnceTopic('eos-positions', { TRANSACTION_COMMIT_INTERVAL_MS: '200' });
 
     const first = await holder(config, createWorkerMetrics('first'), true);
     for (let r = 0; r < 5; r++) accept(first.journal, first.transactions, r);
@@ -124,10 +134,7 @@ describe('DELIVERY=exactly-once: a crash between the commit and the journal mark
   });
 
   it.each(['commit requires an abort', 'position refused'] as const)('%s: the transaction is aborted and its records, read back from the journal, committed in the next one, each point once', { timeout: 120_000 }, async (fault) => {
-    const topic = await createTopic(uniqueTopic('eos-abort'));
-    const positionsTopic = `${topic}.positions`;
-    execFileSync(KAFKA_SH, ['topic', positionsTopic, '1', 'cleanup.policy=compact'], { stdio: 'ignore' });
-    const config = loadConfig({ MQ_BROKERS: BROKERS, MQ_TOPIC: topic, JOURNAL_DIR: dir, DELIVERY: 'exactly-once', INSTANCE_ID: `unit-${topic.slice(-8)}`, MQ_POSITIONS_TOPIC: positionsTopic, TRANSACTION_COMMIT_INTERVAL_MS: '200' });
+    const { topic, config } = await exactlyOnceTopic('eos-abort', { TRANSACTION_COMMIT_INTERVAL_MS: '200' });
     const metrics = createWorkerMetrics('abort');
     const h = await holder(config, metrics, false, fault);
     for (let r = 0; r < 5; r++) accept(h.journal, h.transactions, r);
@@ -151,10 +158,7 @@ describe('DELIVERY=exactly-once: a crash between the commit and the journal mark
   // it time out, then abort the process in librdkafka (a CI run of the 4-worker start test: SIGABRT,
   // "rd_kafka_txn_curr_api_return0: Assertion ... failed").
   it('a shutdown while initTransactions is under way: the disconnect waits for it, which succeeds; the start returns with the slot not ready', { timeout: 60_000 }, async () => {
-    const topic = await createTopic(uniqueTopic('eos-stop-at-start'));
-    const positionsTopic = `${topic}.positions`;
-    execFileSync(KAFKA_SH, ['topic', positionsTopic, '1', 'cleanup.policy=compact'], { stdio: 'ignore' });
-    const config = loadConfig({ MQ_BROKERS: BROKERS, MQ_TOPIC: topic, JOURNAL_DIR: dir, DELIVERY: 'exactly-once', INSTANCE_ID: `unit-${topic.slice(-8)}`, MQ_POSITIONS_TOPIC: positionsTopic });
+    const { config } = await exactlyOnceTopic('eos-stop-at-start');
     const exactlyOnce = config.exactlyOnce!;
     const { journal } = openJournal({ dir, maxBytes: config.journalMaxBytes, sync: 'process' });
     const producer = new KafkaProducer(config, quiet, createWorkerMetrics('stop-at-start'), producerSettings(config, 'eos-stop-at-start', transactionalId(exactlyOnce, 0)));
@@ -168,7 +172,7 @@ describe('DELIVERY=exactly-once: a crash between the commit and the journal mark
       }),
     });
     const transactions = slotTransactions(config, journal, watched, createWorkerMetrics('stop-at-start'));
-    const started = transactions.start([0], (keys) => readPositions({ brokers: BROKERS, topic: positionsTopic, keys, connection: {}, timeoutMs: 20_000 }));
+    const started = transactions.start([0], readCommittedPositions(config));
     // The worker's shutdown, as it runs when the signal comes during the start.
     expect(await transactions.drain(Date.now() + 10_000)).toBe(0);
     await producer.disconnect(10_000);
@@ -181,10 +185,7 @@ describe('DELIVERY=exactly-once: a crash between the commit and the journal mark
   // restart then finds nothing to recover (records left would be skipped by the position, but read
   // back and counted as recovered).
   it('a drain with 2,000 records in the open transaction commits them and leaves every record marked done', { timeout: 120_000 }, async () => {
-    const topic = await createTopic(uniqueTopic('eos-drain'));
-    const positionsTopic = `${topic}.positions`;
-    execFileSync(KAFKA_SH, ['topic', positionsTopic, '1', 'cleanup.policy=compact'], { stdio: 'ignore' });
-    const config = loadConfig({ MQ_BROKERS: BROKERS, MQ_TOPIC: topic, JOURNAL_DIR: dir, DELIVERY: 'exactly-once', INSTANCE_ID: `unit-${topic.slice(-8)}`, MQ_POSITIONS_TOPIC: positionsTopic, TRANSACTION_COMMIT_INTERVAL_MS: '5000', TRANSACTION_MAX_POINTS: '100000' });
+    const { config } = await exactlyOnceTopic('eos-drain', { TRANSACTION_COMMIT_INTERVAL_MS: '5000', TRANSACTION_MAX_POINTS: '100000' });
     const h = await holder(config, createWorkerMetrics('drain'), false);
     for (let r = 0; r < 2_000; r++) accept(h.journal, h.transactions, r);
     expect(await h.transactions.drain(Date.now() + 30_000)).toBe(0);
