@@ -86,7 +86,7 @@ bench-journal: build ## the journal's own CPU per point (append, acknowledgement
 	@npx tsc -p .
 	@node dist/bench/journal.js
 
-bench-exactly-once: build ## DELIVERY=exactly-once against the default (and an A/A pair) at the design load under vegeta: from a 202 to a read_committed consumer, then the p99 of the 202 with the reader stopped (about 18 minutes)
+bench-exactly-once: build ## DELIVERY=exactly-once against the default (and an A/A pair) at the design load: from a 202 to a read_committed consumer (paced load), then vegeta's p99 of the 202 with the reader stopped (about 18 minutes)
 	@npx tsc -p .
 	@scripts/need-packages.sh $(JEMALLOC)
 	@scripts/with-broker.sh node dist/bench/exactly-once.js

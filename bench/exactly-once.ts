@@ -4,11 +4,14 @@
 //   at least once        the default
 //   exactly once         DELIVERY=exactly-once, its positions topic fresh too
 //   at least once again  the default once more: what two runs of the same code differ by (A/A)
-// vegeta sends the load in two windows of EOS_SECONDS, after EOS_WARMUP_SECONDS of warm-up:
+// The load comes in two windows of EOS_SECONDS, after EOS_WARMUP_SECONDS of warm-up:
 //   1. a read_committed consumer, in this process, follows the topic from its start: from a point's
 //      202 (its Kafka timestamp, the time the service accepted it) to the moment the consumer has it
 //      is the time until a consumer can see the point (the bound: TRANSACTION_COMMIT_INTERVAL_MS + 50
 //      ms at p99); beside it, how long the commits took after their interval (the service's histogram).
+//      The load of this window (and of the warm-up) is paced from a worker thread of this process
+//      (bench/lib/paced-load.ts): vegeta took three quarters of a core at 10,000 requests a second, and
+//      the reader, starved, fell seconds behind in either mode (bench/HISTORY.md, 2026-11-28).
 //   2. the reader stopped, nothing else runs: vegeta's p99 of the 202, what the devices see.
 // Why two windows: the reader takes a core's share of this 2-core machine at 10,000 points a second,
 // and with it running the 202's p99 at 10000×1 read 18 to 418 ms, in either mode (bench/HISTORY.md).
@@ -19,7 +22,7 @@
 //                                  chosen cases when EOS_COMPARE is set)
 //
 //   EOS_SECONDS 20   EOS_WARMUP_SECONDS 3   EOS_ROUNDS 3   EOS_SHAPES 100×100,10000×1   EOS_CASES 1,2,3
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Kafka from 'node-rdkafka';
@@ -29,6 +32,7 @@ import { DESIGN_LOAD } from './lib/design-load.js';
 import { envNumber } from './lib/env.js';
 import { benchPoints } from './lib/points.js';
 import { cpuModel } from './lib/procfs.js';
+import { pacedLoad } from './lib/paced-load.js';
 import { histogramQuantile } from './lib/prom-text.js';
 import { startTarget } from './lib/targets.js';
 import { vegetaAttack, vegetaPath, type VegetaReport } from './lib/vegeta.js';
@@ -123,12 +127,13 @@ async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: 
   try {
     const attack = (seconds: number) => vegetaAttack(vegeta, { url: target.url, bodyFile, headers: {}, rate: shape.rate, seconds, dir });
     const points = (r: VegetaReport) => (r.status_codes['202'] ?? 0) * shape.points;
+    const paced = async (seconds: number) => (await pacedLoad({ url: target.url, path: '/track', body: readFileSync(bodyFile, 'utf8'), connections: shape.connections, rate: shape.rate, seconds })).ok2xx * shape.points;
     const follower = read();
-    const warm = await attack(WARMUP_SECONDS);
+    const warm = await paced(WARMUP_SECONDS);
     follower.measureFrom(Date.now());
     const scrape = () => fetch(`${target.url}/metrics`).then((r) => r.text());
     const before = await scrape();
-    const followed = await attack(SECONDS);
+    const followed = await paced(SECONDS);
     const after = await scrape();
     const commitMs = (q: number) => 1000 * (histogramQuantile(before, after, 'ingest_transaction_commit_seconds', q) ?? NaN);
     const commit = exactlyOnce ? { p50: Math.round(commitMs(0.5)), p99: Math.round(commitMs(0.99)) } : null;
@@ -136,10 +141,10 @@ async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: 
       const deadline = Date.now() + 60_000;
       while (reader.count() < count && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
     };
-    await until(follower, points(warm.report) + points(followed.report));
+    await until(follower, warm + followed);
     const visible = await follower.stop();
     const { report } = await attack(SECONDS);
-    const accepted = points(warm.report) + points(followed.report) + points(report);
+    const accepted = warm + followed + points(report);
     const counter = read();
     await until(counter, accepted);
     await new Promise((r) => setTimeout(r, 1_000)); // more than accepted: duplicates
@@ -154,7 +159,7 @@ async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: 
 
 const ms = (ns: number) => (ns / 1e6).toFixed(2);
 
-console.log(`${cpuModel()}, Linux ${release()}, Node ${process.version}; vegeta at the design load, two windows of ${SECONDS} s per row (the first followed by a reader, the second the 202 alone) after ${WARMUP_SECONDS} s of warm-up, WORKERS=2, ${ROUNDS} rounds${COMPARE === undefined ? '' : `; compared build ${COMPARE}`}`);
+console.log(`${cpuModel()}, Linux ${release()}, Node ${process.version}; the design load in two windows of ${SECONDS} s per row (the first paced and followed by a reader, the second vegeta's, the 202 alone) after ${WARMUP_SECONDS} s of warm-up, WORKERS=2, ${ROUNDS} rounds${COMPARE === undefined ? '' : `; compared build ${COMPARE}`}`);
 console.log('| shape | case | round | 202 p50 ms | 202 p99 ms | non-202 | visible to read_committed p50 / p99 / max ms | commit after the interval p50 / p99 ms | points found / accepted |');
 console.log('|---|---|---|---|---|---|---|---|---|');
 const rows: Row[] = [];
