@@ -10,8 +10,9 @@
 //      is the time until a consumer can see the point (the bound: TRANSACTION_COMMIT_INTERVAL_MS + 50
 //      ms at p99); beside it, how long the commits took after their interval (the service's histogram).
 //      The load of this window (and of the warm-up) is paced from a worker thread of this process
-//      (bench/lib/paced-load.ts): vegeta took three quarters of a core at 10,000 requests a second, and
-//      the reader, starved, fell seconds behind in either mode (bench/HISTORY.md, 2026-11-28).
+//      (bench/lib/paced-load.ts): vegeta took three quarters of a core at 10,000 requests a second,
+//      CPU that the reader and the service lack on this 2-core machine. What the reader still waits
+//      for at times, in either mode, is the local broker's pauses (bench/HISTORY.md, 2026-11-29).
 //   2. the reader stopped, nothing else runs: vegeta's p99 of the 202, what the devices see.
 // Why two windows: the reader takes a core's share of this 2-core machine at 10,000 points a second,
 // and with it running the 202's p99 at 10000×1 read 18 to 418 ms, in either mode (bench/HISTORY.md).

@@ -30,7 +30,6 @@ export async function waitForDelivery(topic: string, expected: number): Promise<
   }
 }
 
-
 /**
  * Messages of the topic a read_committed consumer reads from its start, counted until `expected` have
  * come and nothing more for a second (duplicates would show as more), or nothing for 5 s (a loss).
