@@ -23,7 +23,7 @@
 //                                  chosen cases when EOS_COMPARE is set)
 //
 //   EOS_SECONDS 20   EOS_WARMUP_SECONDS 3   EOS_ROUNDS 3   EOS_SHAPES 100×100,10000×1   EOS_CASES 1,2,3
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Kafka from 'node-rdkafka';
@@ -32,8 +32,8 @@ import { freePort } from '../support/ports.js';
 import { DESIGN_LOAD } from './lib/design-load.js';
 import { envNumber } from './lib/env.js';
 import { benchPoints } from './lib/points.js';
-import { cpuModel } from './lib/procfs.js';
 import { pacedLoad } from './lib/paced-load.js';
+import { cpuModel } from './lib/procfs.js';
 import { histogramQuantile } from './lib/prom-text.js';
 import { startTarget } from './lib/targets.js';
 import { vegetaAttack, vegetaPath, type VegetaReport } from './lib/vegeta.js';
@@ -118,7 +118,8 @@ async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: 
   const env: Record<string, string> = { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS: '2', ...(exactlyOnce ? { DELIVERY: 'exactly-once', INSTANCE_ID: id } : {}) };
   const target = await startTarget('ours', await freePort(), env, which === 'exactly once, compared build' ? COMPARE : undefined);
   const bodyFile = join(dir, `${shapeName}.json`);
-  writeFileSync(bodyFile, JSON.stringify(benchPoints(shape.points, id)));
+  const body = JSON.stringify(benchPoints(shape.points, id));
+  writeFileSync(bodyFile, body);
   const readers: ReturnType<typeof follow>[] = [];
   const read = () => {
     const reader = follow(topic);
@@ -128,7 +129,7 @@ async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: 
   try {
     const attack = (seconds: number) => vegetaAttack(vegeta, { url: target.url, bodyFile, headers: {}, rate: shape.rate, seconds, dir });
     const points = (r: VegetaReport) => (r.status_codes['202'] ?? 0) * shape.points;
-    const paced = async (seconds: number) => (await pacedLoad({ url: target.url, path: '/track', body: readFileSync(bodyFile, 'utf8'), connections: shape.connections, rate: shape.rate, seconds })).ok2xx * shape.points;
+    const paced = async (seconds: number) => (await pacedLoad({ url: target.url, path: '/track', body, connections: shape.connections, rate: shape.rate, seconds })).ok2xx * shape.points;
     const follower = read();
     const warm = await paced(WARMUP_SECONDS);
     follower.measureFrom(Date.now());
