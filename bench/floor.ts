@@ -1,6 +1,6 @@
 // `make bench-floor`: what one point costs in each stage of this design, measured alone, so that the
 // suite's CPU per point can be read against a floor. In one process, for the suite's 100-point body:
-//   1. from the body's bytes to the messages: the single pass a valid body takes (encodeValidBody),
+//   1. from the body's bytes to the messages: the single pass a valid body takes (single-pass.ts),
 //      and for comparison the general path stage by stage (UTF-8 check, decode, JSON.parse; the
 //      validation fast path derived from the zod schema, and zod itself; encoding), through the
 //      service's own functions, repeated FLOOR_REQUESTS (20,000) times;
@@ -49,7 +49,7 @@ import { producerSettings, STATS_INTERVAL_MS } from '../src/kafka/settings.js';
 import { encodePoints } from '../src/track-point/encode.js';
 import { messagesOf } from '../support/messages.js';
 import { TrackPointSchema, validatePoints, type TrackPoint } from '../src/track-point/schema.js';
-import { encodeValidBody } from '../src/track-point/single-pass.js';
+import { singlePass } from '../src/track-point/single-pass.js';
 import { BROKERS, createTopic, deleteTopic, uniqueTopic } from '../support/kafka.js';
 import { freePort } from '../support/ports.js';
 import { cpuSeconds, threadCpuSeconds } from './lib/procfs.js';
@@ -104,13 +104,13 @@ function generalStages(): Record<string, number> {
   };
 }
 
-/** The single pass (encodeValidBody) over bodies, in turn; µs of CPU per point. */
-function singlePass(bodies: readonly Buffer[]): number {
+/** The single pass over bodies, in turn; µs of CPU per point. */
+function singlePassUs(bodies: readonly Buffer[]): number {
   let turn = 0;
   let encoded = 0;
   const us = perPoint(() => {
-    const batch = encodeValidBody(bodies[turn++ % bodies.length]!, POINTS);
-    if (batch === null) throw new Error('the single pass did not take a floor body');
+    const batch = singlePass(bodies[turn++ % bodies.length]!, POINTS);
+    if (batch === null || 'details' in batch) throw new Error('the single pass did not take a floor body');
     encoded += batch.bytes;
   });
   if (encoded === 0) throw new Error('the single pass encoded nothing');
@@ -254,12 +254,12 @@ async function measure(): Promise<void> {
   // A body repeated again and again lets V8 answer every number-to-text conversion from its cache of
   // recent numbers; real traffic has new coordinates in every point (encode.ts, writeNumber).
   const distinctBodies = Array.from({ length: 500 }, () => Buffer.from(JSON.stringify(benchPoints(POINTS, 'floor', 'distinct'))));
-  const single = singlePass([body]);
+  const single = singlePassUs([body]);
   console.log(`\nstages, ${REQUESTS} bodies (µs of CPU per point):`);
-  console.log(`  single pass (encodeValidBody): bytes to messages, the path of a valid body  ${f(single)}`);
-  console.log(`    the same on 500 bodies of distinct 6-decimal coordinates in turn, as real traffic: ${f(singlePass(distinctBodies))}`);
+  console.log(`  single pass: bytes to messages, the path of a valid body  ${f(single)}`);
+  console.log(`    the same on 500 bodies of distinct 6-decimal coordinates in turn, as real traffic: ${f(singlePassUs(distinctBodies))}`);
   const computedBodies = Array.from({ length: 500 }, () => Buffer.from(JSON.stringify(benchPoints(POINTS, 'floor', 'computed'))));
-  console.log(`    the same on 500 bodies of distinct full-precision coordinates (a program's doubles): ${f(singlePass(computedBodies))}`);
+  console.log(`    the same on 500 bodies of distinct full-precision coordinates (a program's doubles): ${f(singlePassUs(computedBodies))}`);
   console.log('  the general path (a body the single pass leaves: escapes, non-ASCII text, an invalid point):');
   const general = generalStages();
   for (const [name, us] of Object.entries(general)) console.log(`    ${name.padEnd(34)} ${f(us)}`);

@@ -3,15 +3,17 @@
 // is made by track-answers.ts).
 //
 //   bytes ─gunzip?─┬─▶ single pass: all points valid? ──────────────────────────────────────┬─▶ messages
-//     413 / 400    └─▶ UTF-8 check ─▶ JSON.parse ─▶ array? ≤ MAX_POINTS? ─▶ zod ─▶ encode ─┘
+//     413 / 400    │     └─ read whole, some values refused: 400 with zod's details            │
+//                  └─▶ UTF-8 check ─▶ JSON.parse ─▶ array? ≤ MAX_POINTS? ─▶ zod ─▶ encode ─┘
 //                         400            400          400      413           400
-// The single pass (track-point/single-pass.ts) takes ordinary bodies of valid points; anything else
-// takes the general path, which decides every refusal.
+// The single pass (track-point/single-pass.ts) takes ordinary bodies, of valid points or of points
+// with values out of the schema's rules; anything else takes the general path, which decides every
+// other refusal.
 import { isUtf8 } from 'node:buffer';
 import { gunzipSync } from 'node:zlib';
 import { encodePoints, type EncodedPoints } from '../track-point/encode.js';
-import { validatePoints, type PointIssue } from '../track-point/schema.js';
-import { encodeValidBody } from '../track-point/single-pass.js';
+import { validatePoints, type PointIssue, type ValidationResult } from '../track-point/schema.js';
+import { singlePass } from '../track-point/single-pass.js';
 
 /** Why a body is refused: what its answer says (track-answers.ts, refuse). */
 export interface BodyRefusal {
@@ -55,9 +57,10 @@ export function decodeTrackBody(raw: Uint8Array, gzipped: boolean, limits: BodyL
 
 /** decodeTrackBody, once the body is not gzip. */
 function decodeBytes(bytes: Uint8Array, limits: BodyLimits): EncodedPoints | BodyRefusal {
-  // A body of valid points, as nearly every request is, goes from bytes to messages in one pass.
-  const direct = encodeValidBody(bytes, limits.maxPoints);
-  if (direct !== null) return direct;
+  // A body of valid points, as nearly every request is, goes from bytes to messages in one pass; so
+  // does one whose points are read whole and refused.
+  const direct = singlePass(bytes, limits.maxPoints);
+  if (direct !== null) return 'details' in direct ? invalidPoints(direct, direct.count) : direct;
 
   // Buffer#toString would replace invalid sequences with U+FFFD and let them through; refuse instead.
   if (!isUtf8(bytes)) return refused('invalid_json', 'body is not valid UTF-8');
@@ -75,9 +78,11 @@ function decodeBytes(bytes: Uint8Array, limits: BodyLimits): EncodedPoints | Bod
   if (count > limits.maxPoints) return refused('payload_too_large', `${count} track points in one request; at most ${limits.maxPoints} (MAX_POINTS)`, count);
 
   const result = validatePoints(parsed);
-  if (!result.ok) {
-    const n = result.invalidPoints;
-    return refused('validation_failed', `${n} invalid track point${n === 1 ? '' : 's'}`, count, result.details);
-  }
-  return encodePoints(result.points);
+  return result.ok ? encodePoints(result.points) : invalidPoints(result, count);
+}
+
+/** 400 validation_failed for a request of `count` points, some invalid. */
+function invalidPoints(result: ValidationResult & { ok: false }, count: number): BodyRefusal {
+  const n = result.invalidPoints;
+  return refused('validation_failed', `${n} invalid track point${n === 1 ? '' : 's'}`, count, result.details);
 }

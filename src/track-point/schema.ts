@@ -70,17 +70,58 @@ export function validatePoints(input: unknown[]): ValidationResult {
   if (points !== null) return { ok: true, points };
   const result = parseOrIssues(TrackPointsSchema, input);
   if (!('issues' in result)) return { ok: true, points: result.value };
-  const details: PointIssue[] = [];
-  const invalid = new Set<number>();
+  const invalid = new InvalidPoints();
   for (const issue of result.issues) {
-    const index = issue.path[0] as number;
-    invalid.add(index);
-    if (details.length < MAX_ERROR_DETAILS) {
-      const field = issue.path[1];
-      details.push(field === undefined ? { index, message: issue.message } : { index, field: String(field), message: issue.message });
-    }
+    const field = issue.path[1];
+    invalid.add(issue.path[0] as number, field === undefined ? undefined : String(field), issue.message);
   }
-  return { ok: false, invalidPoints: invalid.size, details };
+  return invalid.result();
+}
+
+/** A field's value as the single pass read it from the body, when the schema refuses it (undefined: absent). */
+export interface RefusedValue {
+  index: number;
+  field: string;
+  value: unknown;
+}
+
+/**
+ * The same answer as validatePoints, for points that the single pass (single-pass.ts) read whole and
+ * found some fields of refused: zod runs on those fields' values alone, so the messages are its own.
+ * `refused` in the order zod reports: by point, then by field in the schema's order. The single pass
+ * keeps to the schema's fields, a point being an object of them: zod's object schema gives a field's
+ * issues from that field's schema alone, in the schema's order of fields.
+ */
+export function refusedValues(schema: z.ZodObject, refused: readonly RefusedValue[]): ValidationResult & { ok: false } {
+  const invalid = new InvalidPoints();
+  for (const { index, field, value } of refused) {
+    const result = parseOrIssues(schema.shape[field] as z.ZodType, value);
+    // The single pass asked the schema's own predicates (fast-path.ts), which are zod's rules: a value
+    // they refuse, zod refuses too. Should they ever differ, this says so rather than accept it.
+    if (!('issues' in result)) throw new Error(`track point field ${field}: the single pass refused a value zod accepts (${String(value)}); fast-path.ts and the schema disagree`);
+    for (const issue of result.issues) invalid.add(index, field, issue.message);
+  }
+  return invalid.result();
+}
+
+/** The details of a refusal, gathered issue by issue: at most MAX_ERROR_DETAILS, every invalid point counted. */
+class InvalidPoints {
+  private readonly details: PointIssue[] = [];
+  private points = 0;
+  private last = -1;
+
+  add(index: number, field: string | undefined, message: string): void {
+    // Issues come point by point, in order: a new index is a new invalid point.
+    if (index !== this.last) {
+      this.points++;
+      this.last = index;
+    }
+    if (this.details.length < MAX_ERROR_DETAILS) this.details.push(field === undefined ? { index, message } : { index, field, message });
+  }
+
+  result(): ValidationResult & { ok: false } {
+    return { ok: false, invalidPoints: this.points, details: this.details };
+  }
 }
 
 /**

@@ -10,22 +10,30 @@
 //
 // What it takes: a JSON array of objects whose known fields hold printable-ASCII strings without
 // escapes and numbers, whose other fields hold scalars, each field at most once, with any JSON
-// whitespace; every point valid. An object written exactly as its message value (the schema's
-// fields in order and no other, no whitespace, numbers as Number::toString writes them) is its
-// message value as it stands: produceBatch gets offsets into the body, for the value and for the id
-// inside it (the key), and nothing is copied in JavaScript. Any other is written field by field.
-// Everything else (an invalid point, an escape, non-ASCII text, a nested value, a duplicate key, an
-// empty array, more than MAX_POINTS) returns null, and the caller takes the general path: UTF-8
-// check, JSON.parse, the schema, encode.ts. That path decides every answer but 202, so error
-// messages keep one source. Every byte taken here is ASCII, so a body taken is valid UTF-8.
+// whitespace. An object written exactly as its message value (the schema's fields in order and no
+// other, no whitespace, numbers as Number::toString writes them) is its message value as it stands:
+// produceBatch gets offsets into the body, for the value and for the id inside it (the key), and
+// nothing is copied in JavaScript. Any other is written field by field.
+// Such a body whose points are not all valid (a value out of range, a required field absent) is
+// refused here: zod runs on the refused fields' values alone and writes the details (schema.ts,
+// refusedValues). A bad firmware release sends thousands of these a second, and JSON.parse with zod
+// on the whole body cost a refusal more than a valid point (bench/HISTORY.md).
+// Everything else (an escape, non-ASCII text, a nested value, a value of another JSON type, a
+// duplicate key, an empty array, more than MAX_POINTS) returns null, and the caller takes the general
+// path: UTF-8 check, JSON.parse, the schema, encode.ts. Every byte taken here is ASCII, so a body
+// taken is valid UTF-8.
 //
 // The rules are the schema's: the per-field predicates of the validation fast path (fast-path.ts),
 // on the values JSON.parse would give. test/unit/track-point/single-pass.test.ts checks on generated
-// bodies that whatever this takes, the general path accepts with the same messages, byte for byte.
+// bodies that whatever this takes, the general path accepts with the same messages, byte for byte,
+// and whatever this refuses, the general path refuses with the same details.
 import type { z } from 'zod';
 import { scratchBytes, scratchOffsets, type EncodedPoints } from './encode.js';
-import { compileFields } from './fast-path.js';
-import { TrackPointSchema, type TrackPoint } from './schema.js';
+import { compileFields, type Field } from './fast-path.js';
+import { refusedValues, TrackPointSchema, type RefusedValue, type TrackPoint, type ValidationResult } from './schema.js';
+
+/** A body read whole whose points are not all valid: validatePoints' answer, and the points of the body. */
+export type RefusedPoints = ValidationResult & { ok: false; count: number };
 
 const TAB = 9;
 const LF = 10;
@@ -197,7 +205,7 @@ function generatedReadAsWritten(
  * Compiles the single pass for an object schema of strings and numbers. keyField names the string
  * field whose text is the message key.
  */
-export function compileSinglePass(schema: z.ZodObject, keyField: string, options: { generate: boolean } = { generate: true }): (body: Uint8Array, maxPoints: number) => EncodedPoints | null {
+export function compileSinglePass(schema: z.ZodObject, keyField: string, options: { generate: boolean } = { generate: true }): (body: Uint8Array, maxPoints: number) => EncodedPoints | RefusedPoints | null {
   const fields = compileFields(schema);
   const count = fields.length;
   if (count > 30) throw new Error(`the single pass (src/track-point/single-pass.ts) keeps a bit per field: ${count} fields is too many`);
@@ -241,6 +249,17 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string, options
   const textOf = (b: Uint8Array): string => (bodyText ??= Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('latin1'));
   /** Whether the number readNumber read last is written as Number::toString would write it. */
   let numberAsWritten = true;
+  /**
+   * The fields of the current point whose value the schema refuses (a bit each), and those values:
+   * a point of refused values is read on, so that a body of them is refused here with zod's own
+   * details (refusedValues) instead of going through JSON.parse and zod whole.
+   */
+  let refusedFields = 0;
+  const refusedValue: unknown[] = fields.map(() => undefined);
+  const refuse = (j: number, value: unknown) => {
+    refusedFields |= 1 << j;
+    refusedValue[j] = value;
+  };
 
   /** The field whose name is b[from, to), or -1. */
   function fieldOf(b: Uint8Array, from: number, to: number): number {
@@ -255,7 +274,7 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string, options
     return -1;
   }
 
-  /** Reads the number at i into field j's slots: its end, or -1 when it is not a valid value of j. */
+  /** Reads the number at i into field j's slots: its end, or -1 when it is not a JSON number (a value the schema refuses: refuse()). */
   function readNumber(b: Uint8Array, i: number, j: number): number {
     const numberStart = i;
     let sign = 0;
@@ -334,16 +353,20 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string, options
         numberAsWritten = canonical === written;
       }
     }
-    return (accepts[j] as (v: unknown) => boolean)(value) ? i : -1;
+    if (!(accepts[j] as (v: unknown) => boolean)(value)) refuse(j, value);
+    return i;
   }
 
-  /** Reads the string at i (its opening quote) into field j's slots: its end, or -1 when it is not a valid value of j. */
+  /**
+   * Reads the string at i (its opening quote) into field j's slots: its end, or -1 when it is not a
+   * plain string (a value the schema refuses: refuse()).
+   */
   function readString(b: Uint8Array, i: number, j: number): number {
     if (b[i] !== QUOTE) return -1;
     const stringEnd = plainStringEnd(b, i + 1);
     if (stringEnd < 0) return -1;
     const ascii = acceptsAscii[j];
-    if (!(ascii ? ascii(b, i + 1, stringEnd) : (accepts[j] as (v: unknown) => boolean)(textOf(b).slice(i + 1, stringEnd)))) return -1;
+    if (!(ascii ? ascii(b, i + 1, stringEnd) : (accepts[j] as (v: unknown) => boolean)(textOf(b).slice(i + 1, stringEnd)))) refuse(j, textOf(b).slice(i + 1, stringEnd));
     start[j] = i + 1;
     end[j] = stringEnd;
     return stringEnd + 1;
@@ -352,7 +375,7 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string, options
   /**
    * The end of the object at i when it is written as its message value will be: the schema's fields
    * in order, each after the same bytes as JSON.stringify writes before it (prefixes), nothing else,
-   * every value valid and every number as Number::toString writes it. Otherwise -1.
+   * every number as Number::toString writes it. Otherwise -1. (Values the schema refuses: refuse().)
    */
   const readAsWritten = compileReadAsWritten(prefixes, isString, readString, readNumber, () => numberAsWritten, options.generate);
 
@@ -390,7 +413,7 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string, options
     return p;
   }
 
-  return function encodeValidBody(body: Uint8Array, maxPoints: number): EncodedPoints | null {
+  return function singlePass(body: Uint8Array, maxPoints: number): EncodedPoints | RefusedPoints | null {
     // A plain Uint8Array whatever the caller has (a Buffer, a view of uWebSockets.js' memory): one
     // shape at every byte read, and subarray() without Buffer's constructor.
     const b = new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
@@ -399,6 +422,8 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string, options
     i = skipWhitespace(b, i + 1);
     if (b[i] !== OPEN_OBJECT) return null; // [] and anything that is not an object: the general path
     bodyText = null;
+    /** The values the schema refuses, point by point; null while every point so far is valid. */
+    let refused: RefusedValue[] | null = null;
     let points = 0;
     let out: Buffer | null = null; // the scratch, once a value is written
     let p = 0; // bytes used in it
@@ -411,11 +436,13 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string, options
       // The object is the message value as it stands when it is what JSON.stringify writes for zod's
       // output (JSON.stringify's own clients send exactly that): then it is the message value.
       let seen = all;
+      refusedFields = 0;
       const asWritten = readAsWritten(b, i);
       if (asWritten >= 0) i = asWritten;
       else {
         i = skipWhitespace(b, i + 1);
         seen = 0;
+        refusedFields = 0; // read again from its start
         if (b[i] !== CLOSE_OBJECT) {
           for (;;) {
             if (b[i] !== QUOTE) return null;
@@ -442,36 +469,46 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string, options
             break;
           }
         }
-        if ((seen & required) !== required) return null;
         i++;
       }
-
-      const messages = scratchOffsets(points + 1);
-      const m = 4 * points;
-      if (asWritten >= 0) {
-        // The value is the object as it stands in the body: no copy here.
-        messages[m] = objectStart;
-        messages[m + 1] = i;
-      } else {
-        if (out === null) {
-          // The first value to write: after a copy of the body, where the other messages stay.
-          out = scratchBytes(0, b.length);
-          out.set(b, 0);
-          p = b.length;
+      // A required field absent is refused as zod refuses it: its schema run on undefined.
+      const missing = required & ~seen;
+      if ((refusedFields | missing) !== 0) {
+        refused ??= [];
+        for (let j = 0; j < count; j++) {
+          if (((refusedFields | missing) & (1 << j)) !== 0) refused.push({ index: points, field: (fields[j] as Field).key, value: (missing & (1 << j)) !== 0 ? undefined : refusedValue[j] });
         }
-        // A value holds at most the point's own bytes, the field prefixes and defaults, and the
-        // text of its numbers as Number::toString writes them.
-        out = scratchBytes(p, fixedBytes + (i - objectStart));
-        messages[m] = p;
-        p = writeValue(b, out, p, seen);
-        messages[m + 1] = p;
       }
-      const valueBytes = (messages[m + 1] as number) - (messages[m] as number);
-      if (valueBytes > largestValue) largestValue = valueBytes;
-      // The key is the id's bytes in the body (printable ASCII, no escape: its UTF-8 as it stands).
-      messages[m + 2] = start[keyIndex] as number;
-      messages[m + 3] = end[keyIndex] as number;
-      bytes += valueBytes + (end[keyIndex] as number) - (start[keyIndex] as number);
+
+      // Once a point is refused, the rest are only read: the body is refused whole.
+      if (refused === null) {
+        const messages = scratchOffsets(points + 1);
+        const m = 4 * points;
+        if (asWritten >= 0) {
+          // The value is the object as it stands in the body: no copy here.
+          messages[m] = objectStart;
+          messages[m + 1] = i;
+        } else {
+          if (out === null) {
+            // The first value to write: after a copy of the body, where the other messages stay.
+            out = scratchBytes(0, b.length);
+            out.set(b, 0);
+            p = b.length;
+          }
+          // A value holds at most the point's own bytes, the field prefixes and defaults, and the
+          // text of its numbers as Number::toString writes them.
+          out = scratchBytes(p, fixedBytes + (i - objectStart));
+          messages[m] = p;
+          p = writeValue(b, out, p, seen);
+          messages[m + 1] = p;
+        }
+        const valueBytes = (messages[m + 1] as number) - (messages[m] as number);
+        if (valueBytes > largestValue) largestValue = valueBytes;
+        // The key is the id's bytes in the body (printable ASCII, no escape: its UTF-8 as it stands).
+        messages[m + 2] = start[keyIndex] as number;
+        messages[m + 3] = end[keyIndex] as number;
+        bytes += valueBytes + (end[keyIndex] as number) - (start[keyIndex] as number);
+      }
       points++;
 
       i = skipWhitespace(b, i);
@@ -483,10 +520,14 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string, options
       break;
     }
     if (skipWhitespace(b, i + 1) !== b.length) return null;
+    if (refused !== null) return { count: points, ...refusedValues(schema, refused) };
     return { count: points, data: out === null ? b : out.subarray(0, p), messages: scratchOffsets(points).subarray(0, 4 * points), bytes, largestValue };
   };
 }
 
 const keyField: keyof TrackPoint = 'container_id';
-/** The single pass of the track-point schema: the messages of a body of valid points, or null. */
-export const encodeValidBody = compileSinglePass(TrackPointSchema, keyField);
+/**
+ * The single pass of the track-point schema: the messages of a body of valid points, validatePoints'
+ * answer for a body whose points are read whole but some fields refused, or null (the general path).
+ */
+export const singlePass = compileSinglePass(TrackPointSchema, keyField);

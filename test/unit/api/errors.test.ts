@@ -2,6 +2,7 @@
 // the OpenAPI error responses, and the gateway's own refusals (deploy/gateway) come from it or are
 // held to it here.
 import { readFileSync } from 'node:fs';
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { CATALOGUE, ERROR_CODES, errorAnswer, PRODUCER_REFUSALS, type CatalogueCode } from '../../../src/api/errors.js';
 import { createWorkerMetrics } from '../../../src/metrics/metrics.js';
@@ -50,6 +51,18 @@ describe('the error catalogue', () => {
     const answer = errorAnswer(code, 'why');
     const entry = CATALOGUE[code];
     expect([answer.status, answer.retryAfter, JSON.parse(answer.body)]).toEqual([entry.status, 'retryAfter' in entry ? entry.retryAfter : undefined, { error: code, message: 'why' }]);
+  });
+
+  it('writes a body byte for byte as JSON.stringify writes the answer, details and any text included', () => {
+    const text = fc.string({ unit: 'binary', maxLength: 40 }); // lone surrogates, quotes, controls
+    const issue = fc.record({ index: fc.nat(), field: text, message: text }, { requiredKeys: ['index', 'message'] });
+    fc.assert(
+      fc.property(fc.constantFrom(...ERROR_CODES), text, fc.option(fc.array(issue, { maxLength: 4 }), { nil: undefined }), (code, message, details) => {
+        const expected = JSON.stringify(details === undefined ? { error: code, message } : { error: code, message, details });
+        expect(errorAnswer(code, message, details).body).toBe(expected);
+      }),
+      { numRuns: 5_000 },
+    );
   });
 
   it('answers every 5xx of the service with a Retry-After, and a refusal of the producer with 500 (the spec: a failed broker write is 500)', () => {

@@ -1,14 +1,15 @@
 // The single pass must never change an answer: whatever body it takes, the general path (JSON.parse,
-// the schema, encode.ts) takes too, with the same messages byte for byte; and it must take the bodies
-// real clients send, or it is dead code.
+// the schema, encode.ts) takes too, with the same messages byte for byte; whatever body it refuses,
+// the general path refuses with the same details; and it must take the bodies real clients send, and
+// refuse the invalid ones a bad firmware sends, or it is dead code.
 import { isUtf8 } from 'node:buffer';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { encodePoints, type EncodedPoints } from '../../../src/track-point/encode.js';
 import { messagesOf } from '../../../support/messages.js';
-import { TrackPointSchema, validatePoints } from '../../../src/track-point/schema.js';
-import { compileSinglePass, encodeValidBody } from '../../../src/track-point/single-pass.js';
+import { MAX_ERROR_DETAILS, TrackPointSchema, validatePoints, type ValidationResult } from '../../../src/track-point/schema.js';
+import { compileSinglePass, singlePass, type RefusedPoints } from '../../../src/track-point/single-pass.js';
 
 const MAX_POINTS = 6;
 
@@ -25,6 +26,25 @@ function general(body: Buffer, maxPoints: number): EncodedPoints | null {
   const result = validatePoints(parsed);
   return result.ok ? encodePoints(result.points) : null;
 }
+
+/** The general path's refusal of a body that parses to an array within the limits, or null. */
+function generalRefusal(body: Buffer, maxPoints: number): (ValidationResult & { ok: false; count: number }) | null {
+  if (!isUtf8(body)) return null;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body.toString('utf8'));
+  } catch {
+    return null;
+  }
+  if (!Array.isArray(parsed) || parsed.length === 0 || parsed.length > maxPoints) return null;
+  const result = validatePoints(parsed);
+  return result.ok ? null : { ...result, count: parsed.length };
+}
+
+/** The single pass's answer: its messages as plain data, or its refusal. */
+const encodeValidBody = (body: Uint8Array, maxPoints: number): EncodedPoints | null => taken(singlePass(body, maxPoints));
+const taken = (result: EncodedPoints | RefusedPoints | null): EncodedPoints | null => (result === null || 'details' in result ? null : result);
+const refusal = (result: EncodedPoints | RefusedPoints | null): RefusedPoints | null => (result !== null && 'details' in result ? result : null);
 
 /** The messages as plain data, so that two results can be compared after the scratch is reused. */
 function snapshot(batch: EncodedPoints | null) {
@@ -155,7 +175,7 @@ const validPoints = fc.array(
   { minLength: 1, maxLength: MAX_POINTS },
 );
 
-describe('encodeValidBody', () => {
+describe('the single pass', () => {
   it('takes only bodies the general path accepts, and gives the same messages byte for byte', () => {
     let accepted = 0;
     let taken = 0;
@@ -193,7 +213,9 @@ describe('encodeValidBody', () => {
     const interpreted = compileSinglePass(TrackPointSchema, 'container_id', { generate: false });
     fc.assert(
       fc.property(body, (b) => {
-        expect(snapshot(interpreted(b, MAX_POINTS))).toStrictEqual(snapshot(encodeValidBody(b, MAX_POINTS)));
+        const own = interpreted(b, MAX_POINTS);
+        expect(snapshot(taken(own))).toStrictEqual(snapshot(encodeValidBody(b, MAX_POINTS)));
+        expect(refusal(own)).toStrictEqual(refusal(singlePass(b, MAX_POINTS)));
       }),
       { numRuns: 5_000 },
     );
@@ -241,18 +263,60 @@ describe('encodeValidBody', () => {
     expect(got).toStrictEqual(snapshot(general(b, MAX_POINTS)));
   });
 
+  it('refuses only bodies the general path refuses for their points, with the same details', () => {
+    let refusedThere = 0;
+    let refusedHere = 0;
+    fc.assert(
+      fc.property(body, (b) => {
+        const reference = generalRefusal(b, MAX_POINTS);
+        const got = refusal(singlePass(b, MAX_POINTS));
+        if (reference !== null) refusedThere++;
+        if (got !== null) {
+          refusedHere++;
+          expect(got).toStrictEqual(reference);
+        }
+      }),
+      { numRuns: 30_000 },
+    );
+    // The generator must give refused bodies, and the single pass refuse some of them itself (most
+    // generated refusals also hold an escape, a value of another type or a duplicate somewhere).
+    expect(refusedThere).toBeGreaterThan(3_000);
+    expect(refusedHere).toBeGreaterThan(300);
+  });
+
+  it.each([
+    ['a latitude out of range', '[{"container_id":"MSKU-flood","lat":95,"lon":4.4,"timestamp":"2024-05-01T12:00:00Z"}]'],
+    ['several fields of several points, one missing', '[{"container_id":"","lat":-91,"lon":4.4,"timestamp":"2024-05-01T12:00:00Z"},{"container_id":"a","lat":1,"lon":1,"timestamp":"2024-05-01T12:00:00Z"},{"lon":181,"lat":1e400,"timestamp":"yesterday","speed":-1}]'],
+    ['a point written as its message value, but for a negative speed', '[{"container_id":"MSKU1","lat":1,"lon":2,"timestamp":"2024-05-01T12:00:00Z","speed":-3}]'],
+  ])('refuses a body of points it reads whole, as the general path does: %s', (_name, text) => {
+    const b = Buffer.from(text);
+    const got = refusal(singlePass(b, MAX_POINTS));
+    expect(got).not.toBeNull();
+    expect(got).toStrictEqual(generalRefusal(b, MAX_POINTS));
+  });
+
+  it('counts every invalid point and keeps the first details, as the general path does, in a large body', () => {
+    const point = (i: number) => `{"container_id":"c${i}","lat":${i % 2 === 0 ? 95 : 1},"lon":${i % 3 === 0 ? -200 : 1},"timestamp":"2024-05-01T12:00:00Z"}`;
+    const b = Buffer.from(`[${Array.from({ length: 400 }, (_, i) => point(i)).join(',')}]`);
+    const got = refusal(singlePass(b, 1000));
+    expect(got?.details).toHaveLength(MAX_ERROR_DETAILS);
+    expect(got).toStrictEqual(generalRefusal(b, 1000));
+    expect(got?.invalidPoints).toBe(267); // even or a multiple of 3
+  });
+
   it('leaves to the general path what it decides: errors, escapes, non-ASCII, duplicates, limits', () => {
     const valid = '{"container_id":"MSCU1234567","lat":51.9,"lon":4.4,"timestamp":"2024-05-01T12:00:00Z"}';
     for (const text of [
       '[]',
-      `[${valid},${valid.replace('51.9', '91')}]`, // invalid point: zod writes the details
+      `[${valid},${valid.replace('51.9', '"91"')}]`, // a value of another type: JSON.parse, then zod
+      `[${valid},${valid.replace('51.9', '91')}`, // invalid point, then the body ends early: invalid_json
       valid.replace('MSCU', 'M\\u0053CU'),
       `[${valid.replace('MSCU', 'MSCÜ')}]`,
       `[${valid.replace('"lat":51.9', '"lat":1,"lat":51.9')}]`, // JSON.parse keeps the last
       `[${valid.replace('}', ',"meta":{"a":1}}')}]`,
       `[${Array(MAX_POINTS + 1).fill(valid).join(',')}]`,
     ]) {
-      expect(encodeValidBody(Buffer.from(text), MAX_POINTS), text).toBeNull();
+      expect(singlePass(Buffer.from(text), MAX_POINTS), text).toBeNull();
     }
   });
 
