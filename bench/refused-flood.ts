@@ -10,13 +10,18 @@
 //                       validated and refused 400, the costliest common refusal) on FLOOD_CONNECTIONS
 //   flood, topic off    the same flood without the topic: what refusing them costs by itself
 //   bare, no flood / bare, flood   the same loads against 2 bare uWebSockets.js processes that answer
-//                       every request 202 at once (bench/lib/bare-http.ts): the machine's floor, what
-//                       15,000 requests a second and their generators do to a server that does nothing
+//                       every request 202 at once (bench/lib/bare-http.ts): what 15,000 requests a
+//                       second and their generators do to a server that does nothing
+//   flood elsewhere     the design load against the service, the flood against a bare uWebSockets.js
+//                       process beside it: what the flood costs the service's valid requests when the
+//                       service refuses none of it (its generator's CPU and the answers', on the cores
+//                       the service, its broker and the design load's generator share): the floor of
+//                       the bound on this machine, which no refusal however cheap goes under
 // Both loads are paced (bench/lib/paced-load.ts), each in a worker thread of this process. Every valid
 // point answered 202 is looked for in Kafka.
 //
 //   FLOOD_RATE 5000   FLOOD_CONNECTIONS 20   FLOOD_SECONDS 10   FLOOD_ROUNDS 3   FLOOD_WARMUP_SECONDS 3
-//   FLOOD_CASES 1,2,3,4,5 (the cases above, by number)   FLOOD_SHAPES 100×100,10000×1   FLOOD_BODY (the flood's body)
+//   FLOOD_CASES 1,2,3,4,5,6 (the cases above, by number)   FLOOD_SHAPES 100×100,10000×1   FLOOD_BODY (the flood's body)
 import { release } from 'node:os';
 import { BROKERS, createTopic, deleteTopic } from '../support/kafka.js';
 import { freePort } from '../support/ports.js';
@@ -36,12 +41,12 @@ const SECONDS = envNumber('FLOOD_SECONDS', 10);
 const ROUNDS = envNumber('FLOOD_ROUNDS', 3);
 const WARMUP_SECONDS = envNumber('FLOOD_WARMUP_SECONDS', 3);
 const REFUSED_TOPIC = 'bench.refused.flood';
-const ALL_CASES = ['no flood', 'flood, topic on', 'flood, topic off', 'bare, no flood', 'bare, flood'] as const;
+const ALL_CASES = ['no flood', 'flood, topic on', 'flood, topic off', 'bare, no flood', 'bare, flood', 'flood elsewhere'] as const;
 type Case = (typeof ALL_CASES)[number];
 /** FLOOD_BODY: another body for the flood (`[]`: requests that cost the service as little as one can). */
 const INVALID = process.env.FLOOD_BODY ?? JSON.stringify([{ container_id: 'MSKU-flood', lat: 95, lon: 4.4, timestamp: '2024-05-01T12:00:00Z' }]);
-/** FLOOD_CASES: the cases to run, by their number (1-5, in the order above). */
-const CHOSEN = (process.env.FLOOD_CASES ?? '1,2,3,4,5').split(',').map(Number);
+/** FLOOD_CASES: the cases to run, by their number (1-6, in the order above). */
+const CHOSEN = (process.env.FLOOD_CASES ?? '1,2,3,4,5,6').split(',').map(Number);
 /** FLOOD_SHAPES: the design shapes to run (default both). */
 const SHAPES = (process.env.FLOOD_SHAPES ?? Object.keys(DESIGN_LOAD).join(',')).split(',') as (keyof typeof DESIGN_LOAD)[];
 
@@ -58,16 +63,16 @@ interface Row {
 }
 
 /**
- * Both loads against `url` for SECONDS, after the valid one's warm-up (then `warmedUp`): the flood
- * unless `flood` is false.
+ * Both loads for SECONDS, after the valid one's warm-up (then `warmedUp`): the valid one against
+ * `url`, the flood against `floodUrl` (null: no flood).
  */
-async function load(url: string, body: string, shape: (typeof DESIGN_LOAD)[keyof typeof DESIGN_LOAD], flood: boolean, warmedUp = async () => {}): Promise<[PacedResult, PacedResult | null]> {
+async function load(url: string, body: string, shape: (typeof DESIGN_LOAD)[keyof typeof DESIGN_LOAD], floodUrl: string | null, warmedUp = async () => {}): Promise<[PacedResult, PacedResult | null]> {
   const valid = { url, path: '/track', body, connections: shape.connections, rate: shape.rate };
   await pacedLoad({ ...valid, seconds: WARMUP_SECONDS });
   await warmedUp();
   return Promise.all([
     pacedLoad({ ...valid, seconds: SECONDS }),
-    flood ? pacedLoad({ url, path: '/track', body: INVALID, connections: FLOOD_CONNECTIONS, rate: FLOOD_RATE, seconds: SECONDS }) : Promise.resolve(null),
+    floodUrl === null ? Promise.resolve(null) : pacedLoad({ url: floodUrl, path: '/track', body: INVALID, connections: FLOOD_CONNECTIONS, rate: FLOOD_RATE, seconds: SECONDS }),
   ]);
 }
 
@@ -76,7 +81,8 @@ async function measureBare(shapeName: keyof typeof DESIGN_LOAD, which: Case, rou
   const port = await freePort();
   const servers = await startBareHttp(port, 2, 0);
   try {
-    const [valid, flood] = await load(`http://127.0.0.1:${port}`, JSON.stringify(benchPoints(shape.points, 'bare')), shape, which === 'bare, flood');
+    const url = `http://127.0.0.1:${port}`;
+    const [valid, flood] = await load(url, JSON.stringify(benchPoints(shape.points, 'bare')), shape, which === 'bare, flood' ? url : null);
     return { shape: shapeName, case: which, round, valid, flood, written: 0, overRate: 0, delivered: null };
   } finally {
     for (const server of servers) server.kill();
@@ -90,9 +96,13 @@ async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: 
   const topic = await createTopic(`bench.${id}`);
   const env: Record<string, string> = { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS: '2', ...(which === 'flood, topic off' ? {} : { MQ_REFUSED_TOPIC: REFUSED_TOPIC }) };
   const target = await startTarget('ours', await freePort(), env);
+  // flood elsewhere: a bare uWebSockets.js process takes the flood (one: the service's 2 workers take the valid load).
+  const elsewhere = which === 'flood elsewhere' ? await freePort() : null;
+  const floodServers = elsewhere === null ? [] : await startBareHttp(elsewhere, 1, 0);
   try {
     let before = 0;
-    const [valid, flood] = await load(target.url, JSON.stringify(benchPoints(shape.points, id)), shape, which !== 'no flood', async () => {
+    const floodUrl = which === 'no flood' ? null : elsewhere === null ? target.url : `http://127.0.0.1:${elsewhere}`;
+    const [valid, flood] = await load(target.url, JSON.stringify(benchPoints(shape.points, id)), shape, floodUrl, async () => {
       before = await topicSize(topic);
     });
     await waitForDelivery(topic, before + valid.ok2xx * shape.points);
@@ -109,6 +119,7 @@ async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: 
       delivered,
     };
   } finally {
+    for (const server of floodServers) server.kill();
     await target.stop();
     await deleteTopic(topic);
   }
@@ -138,9 +149,9 @@ for (const shape of SHAPES) {
     const xs = rows.filter((r) => r.shape === shape && r.case === which).map((r) => r.valid.latencyMs.p99);
     return xs.length === 0 ? NaN : median(xs);
   };
-  const [none, on, off, bareNone, bareFlood] = ALL_CASES.map(p99) as [number, number, number, number, number];
+  const [none, on, off, bareNone, bareFlood, elsewhere] = ALL_CASES.map(p99) as [number, number, number, number, number, number];
   const delta = (a: number, b: number) => `${a.toFixed(2)} (${a - b >= 0 ? '+' : ''}${(a - b).toFixed(2)})`;
-  console.log(`  ${shape}: no flood ${none.toFixed(2)}, flood with the topic ${delta(on, none)}, flood without it ${delta(off, none)}; bare servers: no flood ${bareNone.toFixed(2)}, flood ${delta(bareFlood, bareNone)}`);
+  console.log(`  ${shape}: no flood ${none.toFixed(2)}, flood with the topic ${delta(on, none)}, flood without it ${delta(off, none)}, flood sent to a bare server beside the service ${delta(elsewhere, none)}; bare servers: no flood ${bareNone.toFixed(2)}, flood ${delta(bareFlood, bareNone)}`);
 }
 const lost = rows.filter((r) => r.delivered !== null && r.delivered < r.valid.ok2xx);
 if (lost.length > 0) {

@@ -256,10 +256,10 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string, options
    */
   let refusedFields = 0;
   const refusedValue: unknown[] = fields.map(() => undefined);
-  const refuse = (j: number, value: unknown) => {
+  function refuse(j: number, value: unknown): void {
     refusedFields |= 1 << j;
     refusedValue[j] = value;
-  };
+  }
 
   /** The field whose name is b[from, to), or -1. */
   function fieldOf(b: Uint8Array, from: number, to: number): number {
@@ -520,7 +520,10 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string, options
       break;
     }
     if (skipWhitespace(b, i + 1) !== b.length) return null;
-    if (refused !== null) return { count: points, ...refusedValues(schema, refused) };
+    if (refused !== null) {
+      const invalid = refusedValues(schema, refused);
+      return invalid === null ? null : { count: points, ...invalid };
+    }
     return { count: points, data: out === null ? b : out.subarray(0, p), messages: scratchOffsets(points).subarray(0, 4 * points), bytes, largestValue };
   };
 }
