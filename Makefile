@@ -77,7 +77,7 @@ bench-node24: ## make bench-cpu in the Debian 13 root: this tree on Node 24 agai
 	@scripts/test-in-root.sh --tree 20
 	@scripts/debian-root.sh run .cache/debian13-node24 --own-network -- env CPU_COMPARE=/src-node20/dist/src/main.js CPU_COMPARE_NODE=/opt/node-20/bin/node make -C /src --no-print-directory bench-cpu
 
-bench-refused: build ## the design load's p99 with and without a flood of 5,000 invalid requests/s beside it, with MQ_REFUSED_TOPIC, without, and bare servers (about 9 minutes)
+bench-refused: build ## the design load's p99 with and without a flood of 5,000 invalid requests/s beside it, with MQ_REFUSED_TOPIC, without, sent elsewhere, and bare servers (about 11 minutes)
 	@npx tsc -p .
 	@scripts/need-packages.sh $(JEMALLOC)
 	@scripts/with-broker.sh node dist/bench/refused-flood.js

@@ -115,7 +115,7 @@ export function errorAnswer<C extends ErrorCode>(code: C, message: string, detai
 /**
  * JSON.stringify({ error, message, details }), written out: the same bytes (a test holds it to them).
  * Under a flood of invalid points, stringifying the object was the largest part of a refusal's own
- * work (1.7 µs of 12 in a profile, bench/HISTORY.md); its strings are still JSON.stringify's.
+ * work (1.7 µs a refusal in a profile, bench/HISTORY.md); its strings are still JSON.stringify's.
  */
 function errorBody(code: string, message: string, details: readonly PointIssue[] | undefined): string {
   let body = `{"error":${JSON.stringify(code)},"message":${JSON.stringify(message)}`;
