@@ -29,7 +29,7 @@
 // and whatever this refuses, the general path refuses with the same details.
 import type { z } from 'zod';
 import { scratchBytes, scratchOffsets, type EncodedPoints } from './encode.js';
-import { compileFields, type Field } from './fast-path.js';
+import { compileFields } from './fast-path.js';
 import { refusedValues, TrackPointSchema, type RefusedValue, type TrackPoint, type ValidationResult } from './schema.js';
 
 /** A body read whole whose points are not all valid: validatePoints' answer, and the points of the body. */
@@ -212,7 +212,8 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string, options
   const keyIndex = fields.findIndex((f) => f.key === keyField);
   if (keyIndex < 0 || fields[keyIndex]?.kind !== 'string') throw new Error(`the message key ${keyField} is not a string field of the schema`);
 
-  const names = fields.map((f) => bytesOf(f.key));
+  const keys = fields.map((f) => f.key);
+  const names = keys.map(bytesOf);
   const isString = fields.map((f) => f.kind === 'string');
   const accepts = fields.map((f) => f.accepts);
   // A string's bytes are printable ASCII without escapes here (plainStringEnd), so a predicate on
@@ -473,11 +474,9 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string, options
       }
       // A required field absent is refused as zod refuses it: its schema run on undefined.
       const missing = required & ~seen;
-      if ((refusedFields | missing) !== 0) {
-        refused ??= [];
-        for (let j = 0; j < count; j++) {
-          if (((refusedFields | missing) & (1 << j)) !== 0) refused.push({ index: points, field: (fields[j] as Field).key, value: (missing & (1 << j)) !== 0 ? undefined : refusedValue[j] });
-        }
+      const invalid = refusedFields | missing;
+      for (let j = 0; invalid !== 0 && j < count; j++) {
+        if ((invalid & (1 << j)) !== 0) (refused ??= []).push({ index: points, field: keys[j] as string, value: (missing & (1 << j)) !== 0 ? undefined : refusedValue[j] });
       }
 
       // Once a point is refused, the rest are only read: the body is refused whole.
@@ -522,7 +521,7 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string, options
     if (skipWhitespace(b, i + 1) !== b.length) return null;
     if (refused !== null) {
       const invalid = refusedValues(schema, refused);
-      return invalid === null ? null : { count: points, ...invalid };
+      return invalid === null ? null : { ok: false, invalidPoints: invalid.invalidPoints, details: invalid.details, count: points };
     }
     return { count: points, data: out === null ? b : out.subarray(0, p), messages: scratchOffsets(points).subarray(0, 4 * points), bytes, largestValue };
   };
