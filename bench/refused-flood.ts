@@ -17,10 +17,13 @@
 //                       service refuses none of it (its generator's CPU and the answers', on the cores
 //                       the service, its broker and the design load's generator share): the floor of
 //                       the bound on this machine, which no refusal however cheap goes under
-// Both loads are paced (bench/lib/paced-load.ts), each in a worker thread of this process. Every valid
-// point answered 202 is looked for in Kafka.
+// Both loads are paced (bench/lib/paced-load.ts), each in a worker thread of this process, and both
+// warm up for FLOOD_WARMUP_SECONDS before the measurement: the bound is the flood's steady state.
+// FLOOD_WARM=0 starts the flood with the measurement instead, the first seconds of a flood on a
+// service that never refused a body (track-body-warm-up.ts is about them). Every valid point answered
+// 202 is looked for in Kafka.
 //
-//   FLOOD_RATE 5000   FLOOD_CONNECTIONS 20   FLOOD_SECONDS 10   FLOOD_ROUNDS 3   FLOOD_WARMUP_SECONDS 3
+//   FLOOD_RATE 5000   FLOOD_CONNECTIONS 20   FLOOD_SECONDS 10   FLOOD_ROUNDS 3   FLOOD_WARMUP_SECONDS 3   FLOOD_WARM 1
 //   FLOOD_CASES 1,2,3,4,5,6 (the cases above, by number)   FLOOD_SHAPES 100×100,10000×1   FLOOD_BODY (the flood's body)
 import { release } from 'node:os';
 import { BROKERS, createTopic, deleteTopic } from '../support/kafka.js';
@@ -40,6 +43,8 @@ const FLOOD_CONNECTIONS = envNumber('FLOOD_CONNECTIONS', 20);
 const SECONDS = envNumber('FLOOD_SECONDS', 10);
 const ROUNDS = envNumber('FLOOD_ROUNDS', 3);
 const WARMUP_SECONDS = envNumber('FLOOD_WARMUP_SECONDS', 3);
+/** FLOOD_WARM=0: the flood starts with the measurement, on a refusal path not yet compiled (its onset). */
+const WARM_FLOOD = process.env.FLOOD_WARM !== '0';
 const REFUSED_TOPIC = 'bench.refused.flood';
 const ALL_CASES = ['no flood', 'flood, topic on', 'flood, topic off', 'bare, no flood', 'bare, flood', 'flood elsewhere'] as const;
 type Case = (typeof ALL_CASES)[number];
@@ -68,12 +73,10 @@ interface Row {
  */
 async function load(url: string, body: string, shape: (typeof DESIGN_LOAD)[keyof typeof DESIGN_LOAD], floodUrl: string | null, warmedUp = async () => {}): Promise<[PacedResult, PacedResult | null]> {
   const valid = { url, path: '/track', body, connections: shape.connections, rate: shape.rate };
-  await pacedLoad({ ...valid, seconds: WARMUP_SECONDS });
+  const flood = (seconds: number) => (floodUrl === null ? Promise.resolve(null) : pacedLoad({ url: floodUrl, path: '/track', body: INVALID, connections: FLOOD_CONNECTIONS, rate: FLOOD_RATE, seconds }));
+  await Promise.all([pacedLoad({ ...valid, seconds: WARMUP_SECONDS }), WARM_FLOOD ? flood(WARMUP_SECONDS) : null]);
   await warmedUp();
-  return Promise.all([
-    pacedLoad({ ...valid, seconds: SECONDS }),
-    floodUrl === null ? Promise.resolve(null) : pacedLoad({ url: floodUrl, path: '/track', body: INVALID, connections: FLOOD_CONNECTIONS, rate: FLOOD_RATE, seconds: SECONDS }),
-  ]);
+  return Promise.all([pacedLoad({ ...valid, seconds: SECONDS }), flood(SECONDS)]);
 }
 
 async function measureBare(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: number): Promise<Row> {

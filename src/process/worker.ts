@@ -16,6 +16,7 @@ import { hostname } from 'node:os';
 import { buildOpenApi } from '../api/openapi.js';
 import { transactionalId, type Config } from '../config.js';
 import { HttpServer } from '../http/server.js';
+import { warmUpTrackBody } from '../http/track-body-warm-up.js';
 import { diskFiles } from '../journal/files.js';
 import { Journal, JournalError } from '../journal/journal.js';
 import { journalIdentity } from '../journal/journal-id.js';
@@ -172,6 +173,10 @@ export async function runWorker(config: Config): Promise<void> {
   // /healthz answers and /readyz explains while Kafka is unreachable. The shutdown handlers above
   // are in place first, so a signal during this wait still ends the worker in order.
   // The refused-requests producer connects meanwhile, so that the first refusals are kept too.
+  // Meanwhile, too, POST /track's decoding is compiled for refused bodies as well as valid ones
+  // (track-body-warm-up.ts says why).
+  const warmUpMs = warmUpTrackBody({ maxBodyBytes: config.maxBodyBytes, maxPoints: config.maxPoints });
+  log.debug({ warmUpMs: Math.round(warmUpMs) }, 'POST /track decoding warmed up');
   const [accepting] = await Promise.all([path.whenAccepting(LISTEN_AFTER_PRODUCER_WAIT_MS), refusedProducer?.whenConnected(LISTEN_AFTER_PRODUCER_WAIT_MS)]);
   if (!accepting) {
     log.warn({ waitedMs: LISTEN_AFTER_PRODUCER_WAIT_MS, brokers: config.brokers }, 'listening before the Kafka producer is ready; POST /track answers 500 until it is');

@@ -60,3 +60,27 @@ describe('accepted', () => {
     expect(accepted(7)).toBe(accepted(7));
   });
 });
+
+describe('the shape of every answer', () => {
+  // The code that writes and counts answers is compiled on the 202s of valid requests; an answer of
+  // another shape (a refusal) would throw that code away at the first refusal of a flood.
+  it('is one: a 202, a refusal with details, a made-once 500, one with points, a late failure and a 413 all have the same fields in the same order, frozen, their body bytes', () => {
+    const all = [
+      accepted(1),
+      accepted(5000),
+      refuse('validation_failed', '1 invalid track point', 1, [{ index: 0, field: 'lat', message: 'must be between -90 and 90' }]),
+      refuse('invalid_json', 'body is not valid JSON'),
+      answers.unsupportedType,
+      answers.tooLarge,
+      answers.refusals.queue_full,
+      answers.refused('broker_unavailable', 3, 0),
+      answers.refused('message_too_large', 2, 2_000_000),
+      answers.late({ code: 'journal_failed', message: 'the disk failed' }, 5),
+    ];
+    for (const a of all) {
+      expect(Object.keys(a)).toEqual(Object.keys(accepted(1)));
+      expect(Object.isFrozen(a)).toBe(true);
+      expect(Buffer.isBuffer(a.body)).toBe(true);
+    }
+  });
+});
