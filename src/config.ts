@@ -34,6 +34,7 @@ export const DEFAULTS = {
   MQ_REFUSED_TOPIC: 'off',
   MQ_REFUSED_RATE: '50',
   MQ_REFUSED_MAX_BYTES: '65536',
+  MQ_REFUSED_IDLE_MS: '30000',
   TRUST_GATEWAY_HEADERS: '0',
   DELIVERY: 'at-least-once',
   INSTANCE_ID: 'auto',
@@ -146,6 +147,8 @@ export interface RefusedTopic {
   ratePerSecond: number;
   /** A refused body is kept up to this many bytes (after gunzip); the message says when it was cut. */
   maxBytes: number;
+  /** Its producer disconnects once nothing was refused for this long (an idle client still costs CPU). */
+  idleMs: number;
 }
 
 export class ConfigError extends Error {
@@ -219,6 +222,7 @@ const EnvSchema = z.object({
   MQ_REFUSED_TOPIC: z.union([z.literal('off'), topicName]),
   MQ_REFUSED_RATE: wholeNumber(1, 100_000),
   MQ_REFUSED_MAX_BYTES: wholeNumber(0, 100 * 1024 * 1024),
+  MQ_REFUSED_IDLE_MS: wholeNumber(100, 86_400_000),
   TRUST_GATEWAY_HEADERS: z.enum(['0', '1'], { error: 'must be 0 or 1' }).transform((v) => v === '1'),
   DELIVERY: z.enum(['at-least-once', 'exactly-once']),
   INSTANCE_ID: z.string().regex(/^[A-Za-z0-9._-]{1,200}$/, 'must be auto or 1-200 of A-Z a-z 0-9 . _ -'),
@@ -272,7 +276,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     workerMalloc: resolveWorkerMalloc(e.WORKER_MALLOC, env),
     workerGc: e.WORKER_GC,
     producerOptions: Object.freeze(producerOptionsFrom(env)),
-    refused: e.MQ_REFUSED_TOPIC === 'off' ? null : Object.freeze({ topic: e.MQ_REFUSED_TOPIC, ratePerSecond: e.MQ_REFUSED_RATE, maxBytes: e.MQ_REFUSED_MAX_BYTES }),
+    refused: e.MQ_REFUSED_TOPIC === 'off' ? null : Object.freeze({ topic: e.MQ_REFUSED_TOPIC, ratePerSecond: e.MQ_REFUSED_RATE, maxBytes: e.MQ_REFUSED_MAX_BYTES, idleMs: e.MQ_REFUSED_IDLE_MS }),
     trustGatewayHeaders: e.TRUST_GATEWAY_HEADERS,
     exactlyOnce:
       e.DELIVERY === 'at-least-once'

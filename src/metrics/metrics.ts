@@ -308,7 +308,7 @@ function refusedMetrics({ registers, delta }: Registrar) {
   const refusedDropped = Object.fromEntries(REFUSED_DROPPED.map((reason) => [reason, 0])) as Record<(typeof REFUSED_DROPPED)[number], number>;
   new Counter({
     name: `${METRIC_PREFIX}refused_requests_dropped_total`,
-    help: 'Requests refused for their content and not written to MQ_REFUSED_TOPIC, by reason: over_rate (more than MQ_REFUSED_RATE a second in this worker), unavailable (no connection to Kafka), queue_full (its queue full), failed (Kafka did not take it: the topic missing, no leader; logged).',
+    help: 'Requests refused for their content and not written to MQ_REFUSED_TOPIC, by reason: over_rate (more than MQ_REFUSED_RATE a second in this worker), unavailable (the worker stopping, or librdkafka refused it), queue_full (its queue full, or ten seconds of MQ_REFUSED_RATE waiting for a connection), failed (Kafka did not take it: the topic missing, no leader; logged; or still waiting for a connection when the worker stopped).',
     labelNames: ['reason'] as const,
     registers,
     collect() {

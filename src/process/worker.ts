@@ -91,10 +91,11 @@ export async function runWorker(config: Config): Promise<void> {
     producer = new KafkaProducer(config, log, metrics, producerSettings(config, `track-ingest-${hostname()}-${workerId}`, txnId));
     if (config.refused !== null) {
       const settings = refusedProducerSettings(config, `track-ingest-refused-${hostname()}-${workerId}`, config.refused);
-      refusedProducer = new RefusedProducer(config.refused.topic, settings, log, (error) => {
+      const { topic, idleMs, ratePerSecond } = config.refused;
+      refusedProducer = new RefusedProducer(topic, settings, log, (error) => {
         if (error === null) metrics.refusedWritten.inc();
         else metrics.refusedDropped.failed++;
-      });
+      }, { idleMs, ratePerSecond });
     }
   } catch (err) {
     // The primary checked the settings before forking: this is librdkafka refusing them at creation.
@@ -172,12 +173,12 @@ export async function runWorker(config: Config): Promise<void> {
   // (at start-up, and when replacing a crashed worker while the others serve). Bounded, so that
   // /healthz answers and /readyz explains while Kafka is unreachable. The shutdown handlers above
   // are in place first, so a signal during this wait still ends the worker in order.
-  // The refused-requests producer connects meanwhile, so that the first refusals are kept too.
-  // Meanwhile, too, POST /track's decoding is compiled for refused bodies as well as valid ones
-  // (track-body-warm-up.ts says why).
+  // Meanwhile, POST /track's decoding is compiled for refused bodies as well as valid ones
+  // (track-body-warm-up.ts says why). The refused-requests producer is not waited for: the first
+  // refusals wait for its connection (refused-producer.ts).
   const warmUpMs = warmUpTrackBody({ maxBodyBytes: config.maxBodyBytes, maxPoints: config.maxPoints });
   log.debug({ warmUpMs: Math.round(warmUpMs) }, 'POST /track decoding warmed up');
-  const [accepting] = await Promise.all([path.whenAccepting(LISTEN_AFTER_PRODUCER_WAIT_MS), refusedProducer?.whenConnected(LISTEN_AFTER_PRODUCER_WAIT_MS)]);
+  const accepting = await path.whenAccepting(LISTEN_AFTER_PRODUCER_WAIT_MS);
   if (!accepting) {
     log.warn({ waitedMs: LISTEN_AFTER_PRODUCER_WAIT_MS, brokers: config.brokers }, 'listening before the Kafka producer is ready; POST /track answers 500 until it is');
   }

@@ -199,3 +199,32 @@ describe('a flood of refused requests, and the refused topic gone', () => {
     }
   }, 60_000);
 });
+
+describe("the refused topic's producer, connected only while there are refusals", () => {
+  it('disconnects after the check at start and after MQ_REFUSED_IDLE_MS without a refusal; the next refusals connect it again and are all written, those sent while it connects too', async () => {
+    const refusedTopic = await createTopic(uniqueTopic('refused-idle'), 1);
+    const pointsTopic = await createTopic(uniqueTopic('points-idle'), 1);
+    const service = await startService({ ...LIMITS, LOG_LEVEL: 'debug', MQ_TOPIC: pointsTopic, MQ_REFUSED_TOPIC: refusedTopic, MQ_REFUSED_IDLE_MS: '500' });
+    const closings = () => service.output.filter((l) => l.includes('refused-requests producer closed: idle')).length;
+    const refuseBurst = async (prefix: string) => {
+      const answers = await Promise.all(Array.from({ length: 5 }, (_, i) => send(service.url, { name: 'bad', body: json([point(`${prefix}-${i}`, { lat: 95 })]) })));
+      expect(answers.map((a) => a.status)).toEqual([400, 400, 400, 400, 400]);
+    };
+    try {
+      await until('the producer closed after looking for the topic at start', async () => closings() === 1, 10_000);
+      await refuseBurst('MSKU-idle-a');
+      await until('the first 5 refusals written', async () => (await metric(service.url, 'ingest_refused_requests_written_total')) === 5, 15_000);
+      await until('the producer closed again, idle', async () => closings() === 2, 10_000);
+      await refuseBurst('MSKU-idle-b');
+      await until('the next 5 written', async () => (await metric(service.url, 'ingest_refused_requests_written_total')) === 10, 15_000);
+      const kept = await consumeAll(refusedTopic, { expected: 10, partitions: 1, idleMs: 1500 });
+      expect(kept.map((m) => m.key).sort()).toEqual([...['a', 'b'].flatMap((p) => Array.from({ length: 5 }, (_, i) => `MSKU-idle-${p}-${i}`))].sort());
+      expect((await send(service.url, { name: 'ok', body: json([point('MSKU-1')]) })).status).toBe(202);
+      expect(await metric(service.url, 'ingest_refused_requests_dropped_total{reason="queue_full"}')).toBe(0);
+    } finally {
+      await service.stop();
+      await deleteTopic(refusedTopic);
+      await deleteTopic(pointsTopic);
+    }
+  }, 90_000);
+});

@@ -32,7 +32,7 @@ function keeper(opts: { rate?: number; maxBytes?: number; refuse?: 'queue_full' 
   const dropped: Dropped[] = [];
   let now = 0;
   const k = new RefusedRequests(
-    { topic: 'refused', ratePerSecond: opts.rate ?? 10, maxBytes: opts.maxBytes ?? 1024 },
+    { topic: 'refused', ratePerSecond: opts.rate ?? 10, maxBytes: opts.maxBytes ?? 1024, idleMs: 30_000 },
     {
       send: (m) => {
         if (opts.refuse !== undefined) return opts.refuse;
