@@ -48,6 +48,12 @@ export async function runWorker(config: Config): Promise<void> {
     process.exit(EXIT.CRASH);
   });
 
+  // POST /track's decoding compiled for refused bodies as well as valid ones (track-body-warm-up.ts
+  // says why): first, before anything of the worker runs in the background (a standby, too, so that
+  // it takes a slot over warm). It blocks the thread for 70 to 150 ms.
+  const warmUpMs = warmUpTrackBody({ maxBodyBytes: config.maxBodyBytes, maxPoints: config.maxPoints });
+  log.debug({ warmUpMs: Math.round(warmUpMs) }, 'POST /track decoding warmed up');
+
   const slot = workerSlot() ?? (await standBy(log));
   process.title = `track-ingest worker ${slot}`;
   metrics.loopDelay.start();
@@ -173,11 +179,8 @@ export async function runWorker(config: Config): Promise<void> {
   // (at start-up, and when replacing a crashed worker while the others serve). Bounded, so that
   // /healthz answers and /readyz explains while Kafka is unreachable. The shutdown handlers above
   // are in place first, so a signal during this wait still ends the worker in order.
-  // Meanwhile, POST /track's decoding is compiled for refused bodies as well as valid ones
-  // (track-body-warm-up.ts says why). The refused-requests producer is not waited for: the first
-  // refusals wait for its connection (refused-producer.ts).
-  const warmUpMs = warmUpTrackBody({ maxBodyBytes: config.maxBodyBytes, maxPoints: config.maxPoints });
-  log.debug({ warmUpMs: Math.round(warmUpMs) }, 'POST /track decoding warmed up');
+  // The refused-requests producer is not waited for: the first refusals wait for its connection
+  // (refused-producer.ts).
   const accepting = await path.whenAccepting(LISTEN_AFTER_PRODUCER_WAIT_MS);
   if (!accepting) {
     log.warn({ waitedMs: LISTEN_AFTER_PRODUCER_WAIT_MS, brokers: config.brokers }, 'listening before the Kafka producer is ready; POST /track answers 500 until it is');
