@@ -339,6 +339,9 @@ describe('Idempotency-Key: a client\'s retries answered once', () => {
         });
       });
     });
+    // The retry comes once the lost request reached the gateway (its key is kept): sent sooner, it could
+    // overtake the lost one on the other instance and be the first, answered 202 without a replay.
+    await until('gateway A to keep the lost request\'s key', async () => (await cli('EXISTS', keptAt(idem))) === '1', 5_000);
     let answer = await send(gwB.url, { body, headers: withKey(idem) });
     const deadline = Date.now() + 5_000;
     while (answer.status === 409 && Date.now() < deadline) {
