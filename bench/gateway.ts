@@ -15,6 +15,12 @@
 //   GW_MAX_WORKERS       vegeta's -max-workers (unset: its default, unbounded)
 //   GW_IDEMPOTENCY=1     each gateway variant twice: without an Idempotency-Key, and with a new one on
 //                        every request (deploy/gateway/README.md, "Idempotency-Key"): what the key costs
+//   GW_LOAD=vegeta       the generator of every row: vegeta, or `paced` (bench/lib/paced-load.ts, the
+//                        design load's own: GW_CONNECTIONS=100 kept connections, evenly spaced requests;
+//                        a keyed request waits up to 5 ms for its Redis write, so 50 would not hold 10,000/s).
+//                        vegeta spends about 400 µs of CPU a request on a unique header (one JSON
+//                        target each), so its keyed rows cannot go past about 2,000 requests/s here;
+//                        the paced generator writes the header itself and holds the design rate
 //   GW_COMPARE_ROOT      another checkout: a row through its gateway too (its scripts/gateway.sh, its
 //                        defaults; an API key provisioned as this checkout does), and with
 //                        GW_IDEMPOTENCY=1 a row with an Idempotency-Key on every request
@@ -30,6 +36,7 @@ import { benchPoints } from './lib/points.js';
 import { startTarget } from './lib/targets.js';
 import { vegetaPath, vegetaAttack, type VegetaReport } from './lib/vegeta.js';
 import { envNumber } from './lib/env.js';
+import { pacedLoad, type PacedResult } from './lib/paced-load.js';
 
 const env = process.env;
 const RATE = envNumber('GW_RATE', 10_000);
@@ -42,11 +49,77 @@ const MAX_WORKERS = env.GW_MAX_WORKERS === undefined ? undefined : Number(env.GW
 const VARIANTS = (env.GW_VARIANTS ?? 'default').split(';').map((v) => v.trim()).filter(Boolean);
 const RUN_ID = `g${Date.now().toString(36)}`;
 const IDEMPOTENCY = env.GW_IDEMPOTENCY === '1';
+const LOAD = env.GW_LOAD ?? 'vegeta';
+if (LOAD !== 'vegeta' && LOAD !== 'paced') throw new Error(`GW_LOAD must be vegeta or paced, got ${LOAD}`);
+const CONNECTIONS = envNumber('GW_CONNECTIONS', 100);
+
+/** What one row's load saw, from either generator; latencies in ms. */
+interface Load {
+  requests: number;
+  sentPerS: number;
+  okPerS: number;
+  not202: number;
+  codes: string;
+  latency: { p50: number; p99: number; p999: number; max: number };
+  /** The generator's own CPU seconds. */
+  cpu: number;
+}
 
 interface Row {
   name: string;
-  report: VegetaReport;
-  cpu: { nginx: number | null; redis: number | null; service: number; vegeta: number };
+  load: Load;
+  cpu: { nginx: number | null; redis: number | null; service: number };
+}
+
+const nsToMs = (ns: number) => ns / 1e6;
+
+function fromVegeta(report: VegetaReport, cpu: number): Load {
+  const l = report.latencies;
+  return {
+    requests: report.requests,
+    sentPerS: report.rate,
+    okPerS: report.throughput,
+    not202: report.requests - (report.status_codes['202'] ?? 0),
+    codes: Object.entries(report.status_codes).map(([c, k]) => `${c}×${k}`).join(' '),
+    latency: { p50: nsToMs(l['50th']), p99: nsToMs(l['99th']), p999: nsToMs(l['99.9th']), max: nsToMs(l.max) },
+    cpu,
+  };
+}
+
+function fromPaced(result: PacedResult, seconds: number, cpu: number): Load {
+  return {
+    requests: result.requests,
+    sentPerS: result.requests / seconds,
+    okPerS: result.ok2xx / seconds,
+    not202: result.requests - result.ok2xx,
+    codes: `2xx×${result.ok2xx} other×${result.non2xx} unanswered×${result.errors}`,
+    latency: result.latencyMs,
+    cpu,
+  };
+}
+
+interface Attack {
+  url: string;
+  bodyFile: string;
+  body: string;
+  headers: Record<string, string>;
+  rate: number;
+  seconds: number;
+  dir: string;
+  uniqueHeader?: { name: string; prefix: string };
+}
+
+/** One row's load through GW_LOAD's generator. */
+async function attack(vegeta: string, a: Attack): Promise<Load> {
+  if (LOAD === 'vegeta') {
+    const { report, cpuSeconds: cpu } = await vegetaAttack(vegeta, { ...a, maxWorkers: MAX_WORKERS });
+    return fromVegeta(report, cpu);
+  }
+  // The paced generator runs in a worker thread of this process: its CPU is this process's.
+  const before = process.cpuUsage();
+  const result = await pacedLoad({ url: a.url, path: '/track', body: a.body, headers: a.headers, uniqueHeader: a.uniqueHeader, connections: CONNECTIONS, rate: a.rate, seconds: a.seconds });
+  const used = process.cpuUsage(before);
+  return fromPaced(result, a.seconds, (used.user + used.system) / 1e6);
 }
 
 function parseVariant(variant: string): Record<string, string> {
@@ -55,36 +128,37 @@ function parseVariant(variant: string): Record<string, string> {
 }
 
 const us = (seconds: number | null, requests: number) => (seconds === null ? '–' : ((seconds * 1e6) / requests).toFixed(1));
-const ms = (ns: number) => (ns / 1e6).toFixed(2);
+const ms = (value: number) => value.toFixed(2);
 
 async function main(): Promise<void> {
-  const vegeta = vegetaPath();
+  const vegeta = LOAD === 'vegeta' ? vegetaPath() : '';
   const dir = mkdtempSync(join(tmpdir(), 'bench-gateway-'));
   const bodyFile = join(dir, 'body.json');
-  writeFileSync(bodyFile, JSON.stringify(benchPoints(POINTS, RUN_ID)));
+  const body = JSON.stringify(benchPoints(POINTS, RUN_ID));
+  writeFileSync(bodyFile, body);
   const topic = await createTopic(`bench.${RUN_ID}.gateway`);
   const service = await startTarget('ours', await freePort(), { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS: '2' });
   const servicePids = processTree(service.proc.pid!);
-  console.log(`bench-gateway: ${RATE} requests/s of ${POINTS} point(s), ${SECONDS} s a row (vegeta, open loop${MAX_WORKERS === undefined ? '' : `, -max-workers=${MAX_WORKERS}`}), the service with 2 workers on ${service.url}; ${new Date().toISOString()}`);
+  const generator = LOAD === 'paced' ? `paced, ${CONNECTIONS} connections` : `vegeta, open loop${MAX_WORKERS === undefined ? '' : `, -max-workers=${MAX_WORKERS}`}`;
+  console.log(`bench-gateway: ${RATE} requests/s of ${POINTS} point(s), ${SECONDS} s a row (${generator}), the service with 2 workers on ${service.url}; ${new Date().toISOString()}`);
   const rows: Row[] = [];
   try {
     // nginxPid: an nginx that is not a gateway (the floor's), whose CPU is counted all the same.
     const measure = async (name: string, url: string, headers: Record<string, string>, gateway: Gateway | null, nginxPid?: number, keyed = false) => {
       const unique = (phase: string) => (keyed ? { uniqueHeader: { name: 'Idempotency-Key', prefix: `${RUN_ID}-${rows.length}-${phase}` } } : {});
-      if (WARMUP_SECONDS > 0) await vegetaAttack(vegeta, { url, bodyFile, headers, rate: RATE / 2, seconds: WARMUP_SECONDS, dir, maxWorkers: MAX_WORKERS, ...unique('warm') });
+      if (WARMUP_SECONDS > 0) await attack(vegeta, { url, bodyFile, body, headers, rate: RATE / 2, seconds: WARMUP_SECONDS, dir, ...unique('warm') });
       const nginxMain = gateway?.nginxPid() ?? nginxPid;
       const nginxPids = nginxMain === undefined ? [] : processTree(nginxMain);
       const redisPid = gateway?.redisPid() ?? null;
       const before = { nginx: cpuSeconds(nginxPids), redis: redisPid === null ? 0 : cpuSeconds([redisPid]), service: cpuSeconds(servicePids) };
-      const { report, cpuSeconds: vegetaCpu } = await vegetaAttack(vegeta, { url, bodyFile, headers, rate: RATE, seconds: SECONDS, dir, maxWorkers: MAX_WORKERS, ...unique('run') });
+      const load = await attack(vegeta, { url, bodyFile, body, headers, rate: RATE, seconds: SECONDS, dir, ...unique('run') });
       const row: Row = {
         name,
-        report,
+        load,
         cpu: {
           nginx: nginxMain === undefined ? null : cpuSeconds(nginxPids) - before.nginx,
           redis: redisPid === null ? null : cpuSeconds([redisPid]) - before.redis,
           service: cpuSeconds(servicePids) - before.service,
-          vegeta: vegetaCpu,
         },
       };
       rows.push(row);
@@ -128,13 +202,12 @@ async function main(): Promise<void> {
     await deleteTopic(topic);
     rmSync(dir, { recursive: true, force: true });
   }
-  console.log('\n| row | rate sent / held (202 per s) | p50 | p99 | p99.9 | max | not 202 | nginx µs/request | Redis µs/request | service µs/request | vegeta µs/request |');
+  console.log(`\n| row | rate sent / held (202 per s) | p50 | p99 | p99.9 | max | not 202 | nginx µs/request | Redis µs/request | service µs/request | ${LOAD} µs/request |`);
   console.log('|---|---|---|---|---|---|---|---|---|---|---|');
-  for (const r of rows) {
-    const n = r.report.requests;
-    const l = r.report.latencies;
-    const not202 = n - (r.report.status_codes['202'] ?? 0);
-    console.log(`| ${r.name} | ${Math.round(r.report.rate)} / ${Math.round(r.report.throughput)} | ${ms(l['50th'])} ms | ${ms(l['99th'])} ms | ${ms(l['99.9th'])} ms | ${ms(l.max)} ms | ${not202} | ${us(r.cpu.nginx, n)} | ${us(r.cpu.redis, n)} | ${us(r.cpu.service, n)} | ${us(r.cpu.vegeta, n)} |`);
+  for (const { name, load, cpu } of rows) {
+    const n = load.requests;
+    const l = load.latency;
+    console.log(`| ${name} | ${Math.round(load.sentPerS)} / ${Math.round(load.okPerS)} | ${ms(l.p50)} ms | ${ms(l.p99)} ms | ${ms(l.p999)} ms | ${ms(l.max)} ms | ${load.not202} | ${us(cpu.nginx, n)} | ${us(cpu.redis, n)} | ${us(cpu.service, n)} | ${us(load.cpu, n)} |`);
   }
 }
 
@@ -162,11 +235,10 @@ http { access_log off; client_body_temp_path ${dir}; server { listen 127.0.0.1:$
   };
 }
 
-function describe(r: Row): string {
-  const n = r.report.requests;
-  const l = r.report.latencies;
-  const codes = Object.entries(r.report.status_codes).map(([c, k]) => `${c}×${k}`).join(' ');
-  return `  ${r.name}: sent ${Math.round(r.report.rate)}/s, 202 ${Math.round(r.report.throughput)}/s; p50 ${ms(l['50th'])} ms, p99 ${ms(l['99th'])} ms, p99.9 ${ms(l['99.9th'])} ms, max ${ms(l.max)} ms; ${codes}; CPU µs/request: nginx ${us(r.cpu.nginx, n)}, Redis ${us(r.cpu.redis, n)}, service ${us(r.cpu.service, n)}, vegeta ${us(r.cpu.vegeta, n)}`;
+function describe({ name, load, cpu }: Row): string {
+  const n = load.requests;
+  const l = load.latency;
+  return `  ${name}: sent ${Math.round(load.sentPerS)}/s, 202 ${Math.round(load.okPerS)}/s; p50 ${ms(l.p50)} ms, p99 ${ms(l.p99)} ms, p99.9 ${ms(l.p999)} ms, max ${ms(l.max)} ms; ${load.codes}; CPU µs/request: nginx ${us(cpu.nginx, n)}, Redis ${us(cpu.redis, n)}, service ${us(cpu.service, n)}, ${LOAD} ${us(load.cpu, n)}`;
 }
 
 main().catch((err: unknown) => {

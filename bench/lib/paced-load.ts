@@ -31,6 +31,8 @@ export interface PacedOptions {
   bodies?: readonly string[];
   /** More request headers (an API key for the gateway). */
   headers?: Record<string, string>;
+  /** A header whose value differs on every request (`<prefix>-<n>`), e.g. an Idempotency-Key. */
+  uniqueHeader?: { name: string; prefix: string };
   connections: number;
   /** Requests per second, spread evenly. */
   rate: number;
@@ -91,13 +93,16 @@ function responseEnd(text: string): number {
 export async function generate(opts: PacedOptions): Promise<PacedResult> {
   const { hostname, port } = new URL(opts.url);
   const extraHeaders = Object.entries(opts.headers ?? {}).map(([name, value]) => `${name}: ${value}\r\n`).join('');
-  const requests = (opts.bodies ?? [opts.body]).map((text) => {
+  // Each request in two parts, the unique header (if any) written between them.
+  const head = Buffer.from(`POST ${opts.path} HTTP/1.1\r\nHost: ${hostname}:${port}\r\nContent-Type: application/json\r\n${extraHeaders}`);
+  const tails = (opts.bodies ?? [opts.body]).map((text) => {
     const body = Buffer.from(text);
-    return Buffer.concat([
-      Buffer.from(`POST ${opts.path} HTTP/1.1\r\nHost: ${hostname}:${port}\r\nContent-Type: application/json\r\n${extraHeaders}Content-Length: ${body.length}\r\n\r\n`),
-      body,
-    ]);
+    return Buffer.concat([Buffer.from(`Content-Length: ${body.length}\r\n\r\n`), body]);
   });
+  const unique = opts.uniqueHeader;
+  const requests = unique === undefined ? tails.map((tail) => Buffer.concat([head, tail])) : [];
+  const request = (n: number): Buffer =>
+    unique === undefined ? requests[n % requests.length]! : Buffer.concat([head, Buffer.from(`${unique.name}: ${unique.prefix}-${n}\r\n`, 'latin1'), tails[n % tails.length]!]);
   const histogram = createHistogram({ lowest: 1, highest: HIGHEST_US, figures: 3 }); // µs
   const result = { requests: 0, ok2xx: 0, non2xx: 0, errors: 0, queued: 0 };
   const all = new Set<Conn>();
@@ -110,7 +115,7 @@ export async function generate(opts: PacedOptions): Promise<PacedResult> {
     conn.busy = true;
     conn.origin = origin;
     inFlight++;
-    conn.socket.write(requests[result.requests % requests.length]!);
+    conn.socket.write(request(result.requests));
     result.requests++;
   };
   const release = (conn: Conn) => {
