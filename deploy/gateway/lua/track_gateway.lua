@@ -445,17 +445,13 @@ local function resp_commands(batch)
   for i = 1, batch.n do
     local c = batch[i]
     local op = c[1]
-    if op == "reserve" then
-      out[n + 1] = RESP_SET
+    if op == "reserve" or op == "keep" then
+      -- SET key value, then NX GET EX <window> (reserve) or XX KEEPTTL (keep).
+      local reserve = op == "reserve"
+      out[n + 1] = reserve and RESP_SET or RESP_KEEP
       n = resp_bulk(out, n + 1, c[2])
       n = resp_bulk(out, n, c[3])
-      out[n + 1] = RESP_SET_NX_GET_EX
-      n = n + 1
-    elseif op == "keep" then
-      out[n + 1] = RESP_KEEP
-      n = resp_bulk(out, n + 1, c[2])
-      n = resp_bulk(out, n, c[3])
-      out[n + 1] = RESP_XX_KEEPTTL
+      out[n + 1] = reserve and RESP_SET_NX_GET_EX or RESP_XX_KEEPTTL
       n = n + 1
     else
       out[n + 1] = op == "get" and RESP_GET or RESP_DEL
