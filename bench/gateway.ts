@@ -34,7 +34,7 @@ import { freePort } from '../support/ports.js';
 import { cpuSeconds, processTree } from './lib/procfs.js';
 import { benchPoints } from './lib/points.js';
 import { startTarget } from './lib/targets.js';
-import { vegetaPath, vegetaAttack, type VegetaReport } from './lib/vegeta.js';
+import { vegetaPath, vegetaAttack, type AttackOptions, type VegetaReport } from './lib/vegeta.js';
 import { envNumber } from './lib/env.js';
 import { pacedLoad, type PacedResult } from './lib/paced-load.js';
 
@@ -98,16 +98,8 @@ function fromPaced(result: PacedResult, seconds: number, cpu: number): Load {
   };
 }
 
-interface Attack {
-  url: string;
-  bodyFile: string;
-  body: string;
-  headers: Record<string, string>;
-  rate: number;
-  seconds: number;
-  dir: string;
-  uniqueHeader?: { name: string; prefix: string };
-}
+/** vegeta's attack (bodyFile) or the paced generator's (body); -max-workers is GW_MAX_WORKERS's. */
+type Attack = Omit<AttackOptions, 'maxWorkers'> & { body: string };
 
 /** One row's load through GW_LOAD's generator. */
 async function attack(vegeta: string, a: Attack): Promise<Load> {
