@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help install build run gateway test test-faults test-image test-node24 test-node22-smoke test-unit fuzz broker broker-stop cluster cluster-stop consume refused openapi bench bench-floor bench-cpu bench-node24 bench-journal bench-refused bench-exactly-once bench-gateway bench-replay clean
+.PHONY: help install build run gateway test test-faults test-image test-node24 test-node22-smoke test-unit fuzz broker broker-stop cluster cluster-stop consume refused openapi bench bench-floor bench-cpu bench-node24 bench-journal bench-refused bench-exactly-once bench-gateway bench-transactions-floor bench-replay clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -90,6 +90,9 @@ bench-exactly-once: build ## DELIVERY=exactly-once against the default (and an A
 	@npx tsc -p .
 	@scripts/need-packages.sh $(JEMALLOC)
 	@scripts/with-broker.sh node dist/bench/exactly-once.js
+
+bench-transactions-floor: build ## what Kafka transactions cost bare producers with the service's settings (no service): the floor under DELIVERY=exactly-once's CPU (TXF_* in bench/transactions-floor.ts)
+	node dist/bench/transactions-floor.js
 
 bench-gateway: build ## the reference gateway under vegeta (open loop): rate held, tail, CPU of nginx, Redis and the service per request (GW_* in bench/gateway.ts)
 	@npx tsc -p .

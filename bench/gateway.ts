@@ -21,11 +21,15 @@
 //                        vegeta spends about 400 µs of CPU a request on a unique header (one JSON
 //                        target each), so its keyed rows cannot go past about 2,000 requests/s here;
 //                        the paced generator writes the header itself and holds the design rate
+//   GW_IDEMPOTENCY_FLOOR=1  with GW_IDEMPOTENCY=1, a keyed row through the floor of this design: the
+//                        gateway's own Lua cut down (idempotencyFloorLua) so that a keyed request does only
+//                        what any gateway keeping keys in Redis must: its key written (SET NX, batched as the
+//                        gateway batches it) and waited for; no body fingerprint, no answer kept (0: skip it)
 //   GW_COMPARE_ROOT      another checkout: a row through its gateway too (its scripts/gateway.sh, its
 //                        defaults; an API key provisioned as this checkout does), and with
 //                        GW_IDEMPOTENCY=1 a row with an Idempotency-Key on every request
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BROKERS, createTopic, deleteTopic } from '../support/kafka.js';
@@ -52,6 +56,7 @@ const IDEMPOTENCY = env.GW_IDEMPOTENCY === '1';
 const LOAD = env.GW_LOAD ?? 'vegeta';
 if (LOAD !== 'vegeta' && LOAD !== 'paced') throw new Error(`GW_LOAD must be vegeta or paced, got ${LOAD}`);
 const CONNECTIONS = envNumber('GW_CONNECTIONS', 100);
+const IDEMPOTENCY_FLOOR = IDEMPOTENCY && env.GW_IDEMPOTENCY_FLOOR !== '0';
 
 /** What one row's load saw, from either generator; latencies in ms. */
 interface Load {
@@ -177,6 +182,19 @@ async function main(): Promise<void> {
         rmSync(gateway.runDir, { recursive: true, force: true });
       }
     }
+    if (IDEMPOTENCY_FLOOR) {
+      const luaDir = join(dir, 'floor-lua');
+      mkdirSync(luaDir);
+      writeFileSync(join(luaDir, 'track_gateway.lua'), idempotencyFloorLua(readFileSync(new URL('../../deploy/gateway/lua/track_gateway.lua', import.meta.url), 'utf8')));
+      const gateway = await startGateway({ upstream: new URL(service.url).host, env: { GATEWAY_RATE_LIMIT: '1000000', GATEWAY_WORKERS: 'auto', GATEWAY_LUA_DIR: luaDir } });
+      try {
+        const key = await addApiKey(gateway.redisUrl, 'bench', 1_000_000);
+        await measure('floor: a gateway that only writes each key (SET NX) and waits, Idempotency-Key on every request', gateway.url, { 'X-Api-Key': key }, gateway, undefined, true);
+      } finally {
+        await gateway.stop();
+        rmSync(gateway.runDir, { recursive: true, force: true });
+      }
+    }
     for (const variant of VARIANTS) {
       const gateway = await startGateway({ upstream: new URL(service.url).host, env: { GATEWAY_RATE_LIMIT: '1000000', GATEWAY_WORKERS: 'auto', ...parseVariant(variant) } });
       try {
@@ -201,6 +219,26 @@ async function main(): Promise<void> {
     const l = load.latency;
     console.log(`| ${name} | ${Math.round(load.sentPerS)} / ${Math.round(load.okPerS)} | ${ms(l.p50)} ms | ${ms(l.p99)} ms | ${ms(l.p999)} ms | ${ms(l.max)} ms | ${load.not202} | ${us(cpu.nginx, n)} | ${us(cpu.redis, n)} | ${us(cpu.service, n)} | ${us(load.cpu, n)} |`);
   }
+}
+
+/**
+ * The gateway's Lua (deploy/gateway/lua/track_gateway.lua) cut down to the floor of keeping keys in
+ * Redis: a keyed request's access phase writes its key with the gateway's own batched write (SET NX
+ * GET EX) and waits for it, then the request is passed on; the body is not read or hashed, the key not
+ * hashed, no answer kept or released. Everything else (API keys, rate limits, the batching) is the
+ * gateway's. Throws when the functions it cuts are no longer where it expects them.
+ */
+function idempotencyFloorLua(source: string): string {
+  const cut = (text: string, from: string, to: string, replacement: string) => {
+    const start = text.indexOf(from);
+    const end = text.indexOf(to, start);
+    if (start < 0 || end < 0) throw new Error(`GW_IDEMPOTENCY_FLOOR: track_gateway.lua has no "${from}" followed by "${to}"; update idempotencyFloorLua`);
+    return text.slice(0, start) + replacement + text.slice(end);
+  };
+  let lua = cut(source, 'local function idempotency_access(bucket, key)', '--- body_filter of /track', 'local function idempotency_access(bucket, key)\n  idem_call("reserve", IDEM_PREFIX .. bucket .. ":" .. key, "p")\nend\n\n');
+  lua = cut(lua, 'function M.idempotency_body()', '--- A 202 is kept', 'function M.idempotency_body() end\n\n');
+  lua = cut(lua, 'function M.idempotency_done()', 'function M.access()', 'function M.idempotency_done() end\n\n');
+  return lua;
 }
 
 /** nginx answering 202 to anything, access log off: what the generator and loopback alone cost. */

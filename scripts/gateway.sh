@@ -20,6 +20,7 @@
 #   GATEWAY_WORKERS     auto             nginx worker processes
 #   GATEWAY_ACCESS_LOG  off              a path for nginx's JSON access log (buffered 64 KiB / 1 s), or off
 #   GATEWAY_RUN_DIR     .run/gateway/PORT    rendered config, pid files, temporary files
+#   GATEWAY_LUA_DIR     deploy/gateway/lua   where track_gateway.lua is read (bench-gateway's floor row: a cut copy)
 #
 #   scripts/gateway.sh render   only writes RUN_DIR/nginx.conf and prints its path
 set -euo pipefail
@@ -54,7 +55,7 @@ port=${BASH_REMATCH[2]}
 [[ -z ${REDIS_URL:-} || $REDIS_URL =~ ^redis:// ]] || die "REDIS_URL must look like redis://host:port[/db], got '$REDIS_URL'"
 
 export GATEWAY_RUN_DIR=${GATEWAY_RUN_DIR:-$ROOT/.run/gateway/$port}
-export GATEWAY_LUA_DIR=$ROOT/deploy/gateway/lua
+export GATEWAY_LUA_DIR=${GATEWAY_LUA_DIR:-$ROOT/deploy/gateway/lua}
 export GATEWAY_ERROR_LOG=${GATEWAY_ERROR_LOG:-stderr}
 access_log=${GATEWAY_ACCESS_LOG:-off}
 if [[ $access_log == off ]]; then export GATEWAY_ACCESS_LOG=off
