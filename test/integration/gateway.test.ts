@@ -352,6 +352,29 @@ describe('Idempotency-Key: a client\'s retries answered once', () => {
     expect(await inKafka(container, 1)).toBe(1);
   });
 
+  it("while Redis is full (maxmemory reached, noeviction), keyed requests are passed on unchecked and Redis's refusal logged; once it has room, keys are checked again", async () => {
+    const container = `${run}-idem-full`;
+    const body = JSON.stringify([point(container)]);
+    // Redis's default policy, noeviction: every write that needs memory is refused with an OOM error.
+    await cli('CONFIG', 'SET', 'maxmemory', '1');
+    try {
+      const idem = randomUUID();
+      const [first, retry] = [await send(gwA.url, { body, headers: withKey(idem) }), await send(gwB.url, { body, headers: withKey(idem) })];
+      expect([first.status, first.replayed, retry.status, retry.replayed]).toEqual([202, null, 202, null]);
+      expect(gwA.output.join('\n')).toMatch(/OOM command not allowed/);
+    } finally {
+      await cli('CONFIG', 'SET', 'maxmemory', '0');
+    }
+    // Both were written: without its key the retry is a new request (deploy/gateway/README.md, "Sizing Redis for the keys").
+    expect(await inKafka(container, 2)).toBe(2);
+    await until('keys checked again', async () => {
+      const idem = randomUUID();
+      const checked = JSON.stringify([point(`${run}-idem-room`)]);
+      const [once, again] = [await send(gwA.url, { body: checked, headers: withKey(idem) }), await send(gwB.url, { body: checked, headers: withKey(idem) })];
+      return once.status === 202 && again.replayed === 'true';
+    }, 10_000);
+  });
+
   it('2,000 requests, each sent 3 times with its key through two instances, some while the first is in flight: every point in Kafka once; answers 202, replayed 202 or 409', { timeout: 120_000 }, async () => {
     const n = 2_000;
     const statuses: Record<string, number> = {};
