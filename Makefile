@@ -92,7 +92,8 @@ bench-exactly-once: build ## DELIVERY=exactly-once against the default (and an A
 	@scripts/with-broker.sh node dist/bench/exactly-once.js
 
 bench-transactions-floor: build ## what Kafka transactions cost bare producers with the service's settings (no service): the floor under DELIVERY=exactly-once's CPU (TXF_* in bench/transactions-floor.ts)
-	node dist/bench/transactions-floor.js
+	@npx tsc -p .
+	@scripts/with-broker.sh node dist/bench/transactions-floor.js
 
 bench-gateway: build ## the reference gateway under vegeta (open loop): rate held, tail, CPU of nginx, Redis and the service per request (GW_* in bench/gateway.ts)
 	@npx tsc -p .
