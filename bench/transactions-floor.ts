@@ -12,7 +12,7 @@
 // TXF_WARMUP_SECONDS (5), TXF_ROUNDS (2) rounds. What exactly once adds here is what the service
 // cannot take away: read it against the service's own CPU per point at 1 point (make bench-cpu).
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { release } from 'node:os';
 import Kafka from 'node-rdkafka';
 import { loadConfig } from '../src/config.js';
 import { producerSettings } from '../src/kafka/settings.js';
@@ -20,6 +20,7 @@ import { encodePoints } from '../src/track-point/encode.js';
 import { validatePoints } from '../src/track-point/schema.js';
 import { BROKERS, createTopic, deleteTopic, uniqueTopic } from '../support/kafka.js';
 import { envNumber } from './lib/env.js';
+import { cpuModel } from './lib/procfs.js';
 import { benchPoints } from './lib/points.js';
 
 const RATE = envNumber('TXF_RATE', 5_000);
@@ -141,8 +142,7 @@ function child(topic: string, commitMs: number): Promise<Measured> {
 }
 
 async function main(): Promise<void> {
-  const cpuModel = /model name\s*:\s*(.*)/.exec(readFileSync('/proc/cpuinfo', 'utf8'))?.[1] ?? 'unknown CPU';
-  console.log(`bench-transactions-floor: ${RATE} one-point requests/s a producer, ${SECONDS} s after ${WARMUP_SECONDS} s, ${ROUNDS} rounds; ${cpuModel}, Linux ${readFileSync('/proc/sys/kernel/osrelease', 'utf8').trim()}, Node ${process.versions.node}`);
+  console.log(`bench-transactions-floor: ${RATE} one-point requests/s a producer, ${SECONDS} s after ${WARMUP_SECONDS} s, ${ROUNDS} rounds; ${cpuModel()}, Linux ${release()}, Node ${process.versions.node}`);
   const topic = uniqueTopic('bench.txfloor');
   await createTopic(topic);
   const modes = [0, 0, ...COMMIT_MS];
