@@ -642,8 +642,6 @@ end
 
 function M.access()
   local bucket, limit
-  -- Only the gateway names the key: a client's own X-Api-Key-Name never reaches the service.
-  ngx.req.clear_header("X-Api-Key-Name")
   if keys_required then
     local key = ngx.var.http_x_api_key
     if not key or key == "" then
@@ -655,7 +653,8 @@ function M.access()
     end
     if entry then
       bucket, limit = entry.bucket, entry.limit
-      if entry.name then ngx.req.set_header("X-Api-Key-Name", entry.name) end
+      -- Sent as X-Api-Key-Name by nginx.conf's proxy_set_header (one variable, no header list rewritten).
+      if entry.name then ngx.var.api_key_name = entry.name end
     end
   end
   if not bucket then bucket, limit = "a:" .. ngx.var.remote_addr, default_limit end
@@ -671,7 +670,7 @@ function M.access()
   return json_refusal(429, "rate_limited", "more than " .. limit .. " requests per second for this client (its key's limit or GATEWAY_RATE_LIMIT); retry after 1 s", "1")
 end
 
--- error_page targets: /_gateway/<status>.
+-- error_page targets: /_gateway/<status>, or /_gateway/keyed/<status> for a request with an Idempotency-Key.
 local REFUSALS = {
   ["400"] = { "bad_request", "the request is not valid HTTP/1.x (malformed request line or headers, duplicate Content-Length, Content-Length with Transfer-Encoding)" },
   ["408"] = { "request_timeout", "the request was not received in time" },
@@ -684,7 +683,7 @@ local REFUSALS = {
 }
 
 function M.refusal()
-  local status = ngx.var.uri:match("^/_gateway/(%d+)$") or "500"
+  local status = ngx.var.uri:match("^/_gateway/[%a/]*(%d+)$") or "500"
   local refusal = REFUSALS[status] or REFUSALS["500"]
   local message = refusal[2]
   if type(message) == "function" then message = message() end
