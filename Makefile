@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help install build run gateway test test-faults test-image test-node24 test-node22-smoke test-unit fuzz broker broker-stop cluster cluster-stop consume refused openapi bench bench-floor bench-cpu bench-node24 bench-journal bench-refused bench-exactly-once bench-gateway bench-transactions-floor bench-replay clean
+.PHONY: help install build run gateway test test-fast test-faults test-image test-node24 test-node22-smoke test-unit fuzz broker broker-stop cluster cluster-stop consume refused openapi bench bench-floor bench-cpu bench-node24 bench-journal bench-refused bench-exactly-once bench-gateway bench-transactions-floor bench-replay clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -21,6 +21,9 @@ gateway: ## the reference gateway (nginx + Redis rate limits) on GATEWAY_ADDR (1
 
 test: build ## every test against a real broker (started and stopped when none is configured)
 	@scripts/test.sh
+
+test-fast: build ## the unit and integration tests, without the fault suites (the developer's loop)
+	@scripts/test.sh test/unit test/integration test/smoke
 
 test-faults: build ## the fault tests alone: a 3-broker cluster (started and stopped), brokers and workers killed under load
 	@scripts/test.sh test/faults

@@ -1,16 +1,60 @@
 #!/usr/bin/env bash
-# `make test`: every test, against a real Kafka broker (see with-broker.sh). Extra arguments go to vitest.
-# VITEST_JSON=path also writes vitest's JSON report there (CI counts passed and failed tests from it).
+# `make test`: every test against real Kafka brokers (see with-broker.sh), in two lanes at once, each
+# one file at a time:
+#   cluster  the fault tests that bring up brokers of their own (the 3-broker cluster, the fencing
+#            broker) and kill or freeze them: CLUSTER_LANE below
+#   main     every other file, on the local single broker (some freeze or stop it: never two at once)
+# They share no broker, so neither lane's faults reach the other's tests. Each line of output is
+# prefixed with its lane's name.
+#   scripts/test.sh                every test, both lanes
+#   scripts/test.sh ARGS...        one vitest run of ARGS (files, -t NAME...), as `npx vitest run ARGS`
+# VITEST_JSON=path also writes vitest's JSON report there, the lanes' merged (CI counts passed and
+# failed tests from it).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-report=()
-if [[ -n ${VITEST_JSON:-} ]]; then
-  mkdir -p "$(dirname "$VITEST_JSON")"
-  report=(--reporter=default --reporter=json --outputFile.json="$VITEST_JSON")
-fi
+CLUSTER_LANE=(test/faults/cluster-faults.test.ts test/faults/fenced-broker.test.ts)
+
 # The gateway tests start nginx (with Lua and lua-resty-redis), Redis, HAProxy and ApacheBench; the
 # start-up test checks that the workers run on jemalloc (WORKER_MALLOC=auto), as in the image.
 scripts/need-packages.sh nginx:nginx /usr/lib/nginx/modules/ngx_http_lua_module.so:libnginx-mod-http-lua \
   /usr/share/lua/5.1/nginx/redis.lua:lua-nginx-redis redis-server:redis-server haproxy:haproxy ab:apache2-utils \
   /usr/lib/x86_64-linux-gnu/libjemalloc.so.2:libjemalloc2
-exec scripts/with-broker.sh npx vitest run "${report[@]}" "$@"
+
+# lane NAME VITEST_ARGS...: one vitest run, its report in .run/test/NAME.json, its lines prefixed.
+lane() {
+  local name=$1 code
+  shift
+  npx vitest run --reporter=default --reporter=json --outputFile.json=".run/test/$name.json" "$@" 2>&1 | sed -u "s/^/$name | /"
+  code=${PIPESTATUS[0]}
+  echo "test.sh: the $name lane ended (exit $code) after $((SECONDS - started)) s"
+  return "$code"
+}
+
+if [[ ${1:-} == --lanes ]]; then
+  mkdir -p .run/test
+  rm -f .run/test/cluster.json .run/test/main.json
+  started=$SECONDS
+  exclude=()
+  for f in "${CLUSTER_LANE[@]}"; do exclude+=(--exclude "$f"); done
+  lane cluster "${CLUSTER_LANE[@]}" &
+  cluster=$!
+  lane main "${exclude[@]}" &
+  main=$!
+  status=0
+  wait "$cluster" || status=$?
+  wait "$main" || status=$?
+  # The lanes' reports as one (a lane that wrote none counts as a failed file), and the totals.
+  node scripts/merge-vitest-reports.mjs "${VITEST_JSON:-.run/test/report.json}" .run/test/cluster.json .run/test/main.json || status=1
+  echo "test.sh: both lanes in $((SECONDS - started)) s"
+  exit "$status"
+fi
+
+if (($# > 0)); then
+  report=()
+  if [[ -n ${VITEST_JSON:-} ]]; then
+    mkdir -p "$(dirname "$VITEST_JSON")"
+    report=(--reporter=default --reporter=json --outputFile.json="$VITEST_JSON")
+  fi
+  exec scripts/with-broker.sh npx vitest run "${report[@]}" "$@"
+fi
+exec scripts/with-broker.sh "$0" --lanes

@@ -65,7 +65,8 @@ export interface ConsumedMessage {
 
 /**
  * Reads the topic from offset 0 until `expected` messages arrived, or until `idleMs` passed without a
- * new message once that many are there (to catch extras), or the deadline. Returns what it read.
+ * new message once that many are there (to catch extras), or the deadline. With `toEnd`, until every
+ * partition is read to its end instead. Returns what it read.
  */
 export async function consumeAll(
   topic: string,
@@ -78,13 +79,33 @@ export async function consumeAll(
     giveUpIdleMs?: number;
     /** librdkafka's default, read_committed, or read_uncommitted (the Java client's default): aborted transactions' messages too. */
     isolation?: 'read_committed' | 'read_uncommitted';
+
+    /**
+     * The producers are done (the caller waited for them: every journal empty): each partition is read
+     * to its end as it is now (librdkafka's partition EOF: the high watermark, or the last stable offset
+     * for read_committed), and the read stops there, however many messages it found. Nothing can come
+     * after it: no idle wait for extras; `expected`, `idleMs` and `giveUpIdleMs` do not apply.
+     */
+    toEnd?: boolean;
   },
 ): Promise<ConsumedMessage[]> {
   const partitions = opts.partitions ?? 6;
   const consumer = new Kafka.KafkaConsumer(
-    { 'metadata.broker.list': opts.brokers ?? BROKERS, 'group.id': `tests-${randomUUID()}`, 'enable.auto.commit': false, 'isolation.level': opts.isolation ?? 'read_committed' },
+    {
+      'metadata.broker.list': opts.brokers ?? BROKERS,
+      'group.id': `tests-${randomUUID()}`,
+      'enable.auto.commit': false,
+      'isolation.level': opts.isolation ?? 'read_committed',
+      'enable.partition.eof': opts.toEnd === true,
+    },
     { 'auto.offset.reset': 'earliest' },
   );
+  // A batch returns once it is full or after this long: the end of a topic is seen within it.
+  if (opts.toEnd) consumer.setDefaultConsumeTimeout(100);
+  // The partitions read to their end since their last message (the events come in order with the messages).
+  const atEnd = new Set<number>();
+  consumer.on('partition.eof', (eof) => atEnd.add(eof.partition));
+  consumer.on('data', (m) => atEnd.delete(m.partition));
   await new Promise<void>((resolve, reject) => consumer.connect({ timeout: 15_000 }, (err) => (err ? reject(err) : resolve())));
   consumer.assign(Array.from({ length: partitions }, (_, partition) => ({ topic, partition, offset: 0 })));
   const out: ConsumedMessage[] = [];
@@ -107,6 +128,10 @@ export async function consumeAll(
         });
       }
       if (batch.length > 0) lastNew = Date.now();
+      if (opts.toEnd) {
+        if (atEnd.size === partitions) break;
+        continue;
+      }
       if (out.length >= opts.expected && Date.now() - lastNew >= idleMs) break;
       // Fewer than expected and nothing new for this long: the rest is not coming (a loss to report).
       if (opts.giveUpIdleMs !== undefined && out.length > 0 && Date.now() - lastNew >= opts.giveUpIdleMs) break;

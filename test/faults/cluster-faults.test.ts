@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ACCOUNTING_HEADER, AccountedLoad, accountingRow, expectEveryAcceptedPointOnce, type Accounting } from '../helpers/accounting.js';
 import { consumeAll, createTopic, leaderOf, uniqueTopic } from '../../support/kafka.js';
 import { cpuTicks, workerPids } from '../helpers/processes.js';
-import { metric, metricValue, point, postFresh, producerStateChanges, producerStateLines, startService, until, untilJournalEmpty, type Answer } from '../helpers/service.js';
+import { metric, metricValue, point, postFresh, producerStateChanges, producerStateLines, startService, until, untilJournalEmpty, type Answer, type Service } from '../helpers/service.js';
 import { eosTopics, exactlyOnceEnv, readBoth, reportBoth, type EosTopics, type Readings } from '../helpers/exactly-once.js';
 import { transactionalId } from '../../src/config.js';
 
@@ -44,9 +44,13 @@ function record(scenario: string, a: Accounting, extra = ''): void {
   appendFileSync(RESULTS, `${new Date().toISOString()} ${row}${extra ? ` ${extra}` : ''}\n`);
 }
 
-async function readBack(topic: string, load: AccountedLoad, accepted: number): Promise<Accounting> {
-  const messages = await consumeAll(topic, { expected: accepted, brokers: CLUSTER, timeoutMs: 90_000, idleMs: 3_000, giveUpIdleMs: 10_000 });
-  return load.account(messages);
+/**
+ * Once the service has produced all it holds (its journals empty; null: it has exited), the topic read
+ * to its end and accounted for.
+ */
+async function readBack(topic: string, load: AccountedLoad, svc: Service | null): Promise<Accounting> {
+  if (svc !== null) await untilJournalEmpty(svc, 'the journals to be produced whole');
+  return load.account(await consumeAll(topic, { expected: load.accepted, brokers: CLUSTER, timeoutMs: 90_000, toEnd: true }));
 }
 
 /** GET /readyz on a fresh connection (the kernel picks the worker anew); its status. */
@@ -127,7 +131,7 @@ describe('on a 3-broker cluster under load', () => {
       await load.stop();
     }
     const restarts = (await metric(svc.url, 'ingest_worker_restarts_total')) ?? 0;
-    const a = await readBack(topic, load, load.accepted);
+    const a = await readBack(topic, load, svc);
     // Why a request got 500, if one did: the producer queue at its limit (counted here) or a state change (printed below).
     const queueFull = (await metric(svc.url, 'ingest_requests_rejected_total{reason="queue_full"}')) ?? 0;
     record(`kill -9 the leader of partition 0 (node ${leader}) for 8 s, then restart it`, a, `(worker restarts ${restarts}; requests refused as queue_full ${queueFull}; connection errors ${JSON.stringify(load.errorCodes)})`);
@@ -165,7 +169,7 @@ describe('on a 3-broker cluster under load', () => {
       await load.stop();
     }
     const restarts = (await metric(svc.url, 'ingest_worker_restarts_total')) ?? 0;
-    const a = await readBack(topic, load, load.accepted);
+    const a = await readBack(topic, load, svc);
     record(`kill -9 of all 3 brokers, restarted after 30 s (no broker answering for ${(outageMs / 1000).toFixed(0)} s)`, a, `(worker restarts ${restarts}; 20 requests on fresh connections 8 s after the restart: ${afterwards.filter((r) => r.status === 202).length}×202)`);
     console.log(producerStateLines(svc.output));
     console.log(`taking points again, ms after kafka.sh start --cluster returned (negative: before), by worker: ${JSON.stringify(acceptingAgainMs(svc.output, restartedAt))}`);
@@ -215,7 +219,7 @@ describe('on a 3-broker cluster under load', () => {
       await load.stop();
     }
     console.log(timeline.join('\n'));
-    const a = await readBack(topic, load, load.accepted);
+    const a = await readBack(topic, load, svc);
     record(`node ${victim} (leader of partition 0) frozen with SIGSTOP for ${FREEZE_MS / 1000} s, then thawed`, a, `(active KRaft controller at the freeze: node ${controller}; all workers ready ${readyAfterThawMs} ms after the thaw)`);
     expectEveryAcceptedPointOnce(a, 10_000);
     expect(readyAfterThawMs).toBeLessThan(5_000);
@@ -249,7 +253,7 @@ describe('on a 3-broker cluster under load', () => {
     await until('the refusals queued during the outage to be written', async () => (await written()) > before + 100, 30_000);
     const after = await written();
     const dropped = ['over_rate', 'unavailable', 'queue_full', 'failed'].map(async (reason) => `${reason} ${(await metric(svc.url, `ingest_refused_requests_dropped_total{reason="${reason}"}`)) ?? 0}`);
-    const a = await readBack(topic, load, load.accepted);
+    const a = await readBack(topic, load, svc);
     record(`kill -9 node 1, the only broker of MQ_REFUSED_TOPIC, for 10 s under load and ${flood.sent} bad requests`, a, `(bad requests answered ${JSON.stringify(flood.statuses)}; refused requests written ${before} before the kill, ${after} in all; dropped: ${(await Promise.all(dropped)).join(', ')})`);
     expect(a.lost).toBe(0);
     expect(a.duplicated).toBe(0);
@@ -322,7 +326,7 @@ describe('on a 3-broker cluster under load', () => {
     const code = await svc.stop('SIGTERM');
     await sleep(1_000);
     await load.stop();
-    const a = await readBack(topic, load, load.accepted);
+    const a = await readBack(topic, load, null);
     record('SIGTERM to the service under load', a);
     expect(code).toBe(0);
     expect(a.accepted).toBeGreaterThan(5_000);
@@ -360,7 +364,7 @@ describe('on a 3-broker cluster under load', () => {
       } finally {
         await load.stop();
       }
-      const a = await readBack(topic, load, load.accepted);
+      const a = await readBack(topic, load, svc);
       record(`kill -9 one of 2 workers, ACK_MODE=${mode}`, a, `(after the kill: ${steps}; produced again from the journal: ${await metric(svc.url, 'ingest_journal_replayed_points_total{cause="restart"}')})`);
       expect(replacedMs).toBeGreaterThan(0);
       expect(replacedMs).toBeLessThan(1_000);

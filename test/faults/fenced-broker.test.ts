@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ACCOUNTING_HEADER, AccountedLoad, accountingRow, expectEveryAcceptedPointOnce } from '../helpers/accounting.js';
 import { consumeAll, uniqueTopic } from '../../support/kafka.js';
-import { point, postFresh, producerStateLines, startService, type Answer } from '../helpers/service.js';
+import { point, postFresh, producerStateLines, startService, untilJournalEmpty, type Answer } from '../helpers/service.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
 const BROKER_LOG = `${process.env.KAFKA_RUN ?? fileURLToPath(new URL('../../.run/kafka', import.meta.url))}/fencing/broker.log`;
@@ -80,7 +80,8 @@ describe('a broker its controller keeps fencing (metadata answers that list no b
     } finally {
       await load.stop();
     }
-    const messages = await consumeAll(topic, { expected: load.accepted, brokers: FENCING, timeoutMs: 90_000, idleMs: 3_000, giveUpIdleMs: 20_000 });
+    await untilJournalEmpty(svc, 'the journals to be produced whole');
+    const messages = await consumeAll(topic, { expected: load.accepted, brokers: FENCING, timeoutMs: 90_000, toEnd: true });
     const a = load.account(messages);
     console.log(`${ACCOUNTING_HEADER}\n${accountingRow(`broker fenced by its controller ${fences} times during ${LOAD_MS / 1000} s of load`, a)}\n(20 fresh requests: ${answers.filter((r) => r.status === 202).length} answered 202 ${takingMs} ms after the load)`);
     console.log(producerStateLines(svc.output));

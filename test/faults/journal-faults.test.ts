@@ -33,7 +33,7 @@ afterAll(() => {
 });
 
 async function readBack(topic: string, load: AccountedLoad): Promise<Accounting> {
-  return load.account(await consumeAll(topic, { expected: load.accepted, timeoutMs: 90_000, idleMs: 3_000, giveUpIdleMs: 10_000 }));
+  return load.account(await consumeAll(topic, { expected: load.accepted, timeoutMs: 90_000, toEnd: true }));
 }
 
 /** What the journal produced again, and the possible duplicates it counted, as one line. */

@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ACCOUNTING_HEADER, AccountedLoad, accountingRow, expectEveryAcceptedPointOnce } from '../helpers/accounting.js';
 import { consumeAll, createTopic, deleteTopic, uniqueTopic } from '../../support/kafka.js';
-import { metricValue, point, postFresh, producerStateChanges, producerStateLines, startService, until, type Answer, type Service } from '../helpers/service.js';
+import { metricValue, point, postFresh, producerStateChanges, producerStateLines, startService, until, untilJournalEmpty, type Answer, type Service } from '../helpers/service.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
 const kafka = (...args: string[]) => execFileSync(KAFKA_SH, args, { stdio: ['ignore', 'pipe', 'inherit'] }).toString().trim();
@@ -145,7 +145,8 @@ describe('the single broker frozen (SIGSTOP) under load', () => {
       frozen = false;
       await load.stop();
     }
-    const messages = await consumeAll(topic, { expected: load.accepted, timeoutMs: 90_000, idleMs: 3_000, giveUpIdleMs: 10_000 });
+    await untilJournalEmpty(svc, 'the journals to be produced whole');
+    const messages = await consumeAll(topic, { expected: load.accepted, timeoutMs: 90_000, toEnd: true });
     const a = load.account(messages);
     console.log(`${ACCOUNTING_HEADER}\n${accountingRow('single broker frozen (SIGSTOP) for 12 s under load, then thawed', a)}\n(readiness 503 ${noticedMs} ms after the freeze, both workers stalled at ${everyWorkerMs} ms: ${reason}; 200 ${recoveredMs} ms after the thaw; 20 fresh requests all 202 ${takingAgainMs} ms after the thaw, ${refusedAfterThaw.length} refused before)`);
     console.log(producerStateLines(svc.output));
