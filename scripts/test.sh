@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# `make test`: every test against real Kafka brokers (see with-broker.sh), in two lanes at once, each
-# one file at a time:
+# `make test`: every test against real Kafka brokers (see with-broker.sh), in two lanes at once:
 #   cluster  the fault tests that bring up brokers of their own (the 3-broker cluster, the fencing
-#            broker) and kill or freeze them: CLUSTER_LANE below
-#   main     every other file, on the local single broker (some freeze or stop it: never two at once)
+#            broker) and kill or freeze them, one file at a time: CLUSTER_LANE below
+#   main     every other file, on the local single broker: the files that leave it alone two at a
+#            time, then those that freeze or stop it one at a time (vitest.config.ts)
 # They share no broker, so neither lane's faults reach the other's tests. Each line of output is
 # prefixed with its lane's name.
 #   scripts/test.sh                every test, both lanes

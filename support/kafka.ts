@@ -79,7 +79,6 @@ export async function consumeAll(
     giveUpIdleMs?: number;
     /** librdkafka's default, read_committed, or read_uncommitted (the Java client's default): aborted transactions' messages too. */
     isolation?: 'read_committed' | 'read_uncommitted';
-
     /**
      * The producers are done (the caller waited for them: every journal empty): each partition is read
      * to its end as it is now (librdkafka's partition EOF: the high watermark, or the last stable offset
