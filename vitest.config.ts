@@ -7,19 +7,25 @@ const shared = {
   hookTimeout: 120_000,
 };
 
-// The files that freeze, stop or kill a broker (or fill a journal while theirs is frozen): nothing else
-// may use that broker meanwhile.
+// The fault tests on brokers of their own (the 3-broker cluster, the fencing broker).
+const CLUSTER = ['test/faults/cluster-faults.test.ts', 'test/faults/fenced-broker.test.ts'];
+// The files that freeze, stop or kill the local broker (or fill a journal while it is frozen): nothing
+// else may use it meanwhile.
 const BROKER_FAULTS = ['test/faults/**/*.test.ts', 'test/integration/operability.test.ts', 'test/integration/journal.test.ts'];
+// The files whose timing a busy machine breaks: the gateway's Idempotency-Key waits 50 ms at most for Redis.
+const ALONE = ['test/integration/gateway.test.ts'];
 
+// scripts/test.sh runs `cluster` beside `shared-broker` then `broker-faults`, and `alone` after both.
+// One vitest run of them all (npx vitest run) takes the groups in this order, one after the other.
 export default defineConfig({
   test: {
     reporters: ['default'],
     projects: [
-      // The unit tests, and the service's tests that leave their broker alone (each on topics of its
-      // own): two files at a time, first.
-      { test: { ...shared, name: 'shared-broker', include: ['test/**/*.test.ts'], exclude: BROKER_FAULTS, maxWorkers: 2, sequence: { groupOrder: 0 } } },
-      // Then the broker's faults, one file at a time.
-      { test: { ...shared, name: 'broker-faults', include: BROKER_FAULTS, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 1 } } },
+      // The unit tests, and the service's tests that leave their broker alone (each on topics of its own): two files at a time.
+      { test: { ...shared, name: 'shared-broker', include: ['test/**/*.test.ts'], exclude: [...BROKER_FAULTS, ...ALONE], maxWorkers: 2, sequence: { groupOrder: 0 } } },
+      { test: { ...shared, name: 'broker-faults', include: BROKER_FAULTS, exclude: CLUSTER, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 1 } } },
+      { test: { ...shared, name: 'cluster', include: CLUSTER, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 2 } } },
+      { test: { ...shared, name: 'alone', include: ALONE, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 3 } } },
     ],
   },
 });

@@ -1,21 +1,19 @@
 #!/usr/bin/env bash
 # `make test`: every test against real Kafka brokers (see with-broker.sh), in two lanes at once:
 #   cluster  the fault tests that bring up brokers of their own (the 3-broker cluster, the fencing
-#            broker) and kill or freeze them, one file at a time: CLUSTER_LANE below
-#   main     every other file, on the local single broker: the files that leave it alone two at a
-#            time, then those that freeze or stop it one at a time (vitest.config.ts)
+#            broker) and kill or freeze them, one file at a time
+#   main     the other files, on the local single broker: those that leave it alone two at a time,
+#            then those that freeze or stop it one at a time
 # They share no broker, so neither lane's faults reach the other's tests. Then, once both are done:
-#   alone    the files whose timing the busy machine breaks: ALONE below (the gateway's Idempotency-Key
-#            waits 50 ms at most for Redis; beside both lanes, retries were passed on unchecked)
-# Each line of output is prefixed with its lane's name.
+#   alone    the files whose timing the busy machine breaks (the gateway's Idempotency-Key waits 50 ms
+#            at most for Redis; beside both lanes, retries were passed on unchecked)
+# Which file is where: vitest.config.ts's projects. Each line of output is prefixed with its lane's name.
 #   scripts/test.sh                every test, both lanes
 #   scripts/test.sh ARGS...        one vitest run of ARGS (files, -t NAME...), as `npx vitest run ARGS`
 # VITEST_JSON=path also writes vitest's JSON report there, the lanes' merged (CI counts passed and
 # failed tests from it).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-CLUSTER_LANE=(test/faults/cluster-faults.test.ts test/faults/fenced-broker.test.ts)
-ALONE=(test/integration/gateway.test.ts)
 
 # The gateway tests start nginx (with Lua and lua-resty-redis), Redis, HAProxy and ApacheBench; the
 # start-up test checks that the workers run on jemalloc (WORKER_MALLOC=auto), as in the image.
@@ -37,16 +35,14 @@ if [[ ${1:-} == --lanes ]]; then
   mkdir -p .run/test
   rm -f .run/test/cluster.json .run/test/main.json .run/test/alone.json
   started=$SECONDS
-  exclude=()
-  for f in "${CLUSTER_LANE[@]}" "${ALONE[@]}"; do exclude+=(--exclude "$f"); done
-  lane cluster "${CLUSTER_LANE[@]}" &
+  lane cluster --project cluster &
   cluster=$!
-  lane main "${exclude[@]}" &
+  lane main --project shared-broker --project broker-faults &
   main=$!
   status=0
   wait "$cluster" || status=$?
   wait "$main" || status=$?
-  lane alone "${ALONE[@]}" || status=$?
+  lane alone --project alone || status=$?
   # The lanes' reports as one (a lane that wrote none counts as a failed file), and the totals.
   node scripts/merge-vitest-reports.mjs "${VITEST_JSON:-.run/test/report.json}" .run/test/cluster.json .run/test/main.json .run/test/alone.json || status=1
   echo "test.sh: every lane in $((SECONDS - started)) s"
