@@ -216,9 +216,9 @@ describe('librdkafka releasing delivered messages a MessageSet at a time (patche
       for (let r = 0; r < requests; r++) expect(failuresOnly.produceBatch(asyncTopic, batch.data, batch.messages)).toBe(100);
       // flush() returns only once librdkafka's count of queued messages is back to zero.
       await flush(failuresOnly);
-      const seen = queued.length;
-      await until(() => queued.length > seen, 'statistics after the flush');
-      expect(queued.at(-1)).toEqual({ msgCnt: 0, msgSize: 0 });
+      // A statistics event librdkafka took before the flush may still reach JavaScript after it (seen
+      // beside the other lane of make test: 60 messages): the count must come to nothing, not stay.
+      await until(() => queued.at(-1)?.msgCnt === 0 && queued.at(-1)?.msgSize === 0, 'statistics counting nothing queued after the flush');
 
       const got = await consumeAll(asyncTopic, { expected: requests * 100, partitions: PARTITIONS });
       expect(got).toHaveLength(requests * 100);
