@@ -23,10 +23,9 @@ scripts/need-packages.sh nginx:nginx /usr/lib/nginx/modules/ngx_http_lua_module.
 
 # lane NAME VITEST_ARGS...: one vitest run, its report in .run/test/NAME.json, its lines prefixed.
 lane() {
-  local name=$1 code
+  local name=$1 code=0
   shift
-  npx vitest run --reporter=default --reporter=json --outputFile.json=".run/test/$name.json" "$@" 2>&1 | sed -u "s/^/$name | /"
-  code=${PIPESTATUS[0]}
+  npx vitest run --reporter=default --reporter=json --outputFile.json=".run/test/$name.json" "$@" 2>&1 | sed -u "s/^/$name | /" || code=$?
   echo "test.sh: the $name lane ended (exit $code) after $((SECONDS - started)) s"
   return "$code"
 }
