@@ -12,8 +12,9 @@ const CLUSTER = ['test/faults/cluster-faults.test.ts', 'test/faults/fenced-broke
 // The files that freeze, stop or kill the local broker (or fill a journal while it is frozen): nothing
 // else may use it meanwhile.
 const BROKER_FAULTS = ['test/faults/**/*.test.ts', 'test/integration/operability.test.ts', 'test/integration/journal.test.ts'];
-// The files whose timing a busy machine breaks: the gateway's Idempotency-Key waits 50 ms at most for Redis.
-const ALONE = ['test/integration/gateway.test.ts'];
+// The files whose timing a busy machine breaks: the gateway's Idempotency-Key waits 50 ms at most for
+// Redis; the event-loop delay test measures its own loop's lateness in milliseconds.
+const ALONE = ['test/integration/gateway.test.ts', 'test/unit/metrics/event-loop-delay.test.ts'];
 
 // scripts/test.sh runs `cluster` beside `shared-broker` then `broker-faults`, and `alone` after both.
 // One vitest run of them all (npx vitest run) takes the groups in this order, one after the other.

@@ -6,7 +6,8 @@
 #            then those that freeze or stop it one at a time
 # They share no broker, so neither lane's faults reach the other's tests. Then, once both are done:
 #   alone    the files whose timing the busy machine breaks (the gateway's Idempotency-Key waits 50 ms
-#            at most for Redis; beside both lanes, retries were passed on unchecked)
+#            at most for Redis, and beside both lanes retries were passed on unchecked; the event-loop
+#            delay test read a descheduled process as a blocked loop)
 # Which file is where: vitest.config.ts's projects. Each line of output is prefixed with its lane's name.
 #   scripts/test.sh                every test, both lanes
 #   scripts/test.sh ARGS...        one vitest run of ARGS (files, -t NAME...), as `npx vitest run ARGS`
