@@ -2,8 +2,8 @@
 # `make test`: every test against real Kafka brokers (see with-broker.sh), in two lanes at once:
 #   cluster  the fault tests that bring up brokers of their own (the 3-broker cluster, the fencing
 #            broker) and kill or freeze them, one file at a time
-#   main     the other files, on the local single broker: those that leave it alone two at a time,
-#            then those that freeze or stop it one at a time
+#   main     the other files, on the local single broker, one at a time: those that leave it alone,
+#            and those that freeze or stop it
 # They share no broker, so neither lane's faults reach the other's tests. Then, once both are done:
 #   alone    the files whose timing the busy machine breaks (the gateway's Idempotency-Key waits 50 ms
 #            at most for Redis, and beside both lanes retries were passed on unchecked; the event-loop
