@@ -83,7 +83,8 @@ export async function consumeAll(
      * The producers are done (the caller waited for them: every journal empty): each partition is read
      * to its end as it is now (librdkafka's partition EOF: the high watermark, or the last stable offset
      * for read_committed), and the read stops there, however many messages it found. Nothing can come
-     * after it: no idle wait for extras; `expected`, `idleMs` and `giveUpIdleMs` do not apply.
+     * after it: no idle wait for extras. Fewer than `expected` there, the read goes on until nothing new
+     * came for `giveUpIdleMs` (10 s), at the end of every partition: a loss to report. `idleMs` does not apply.
      */
     toEnd?: boolean;
   },
@@ -128,7 +129,9 @@ export async function consumeAll(
       }
       if (batch.length > 0) lastNew = Date.now();
       if (opts.toEnd) {
-        if (atEnd.size === partitions) break;
+        // Fewer than expected at the end: a read_committed end (the last stable offset) may still be
+        // held by a transaction the broker has yet to abort; read on until nothing new came for giveUpIdleMs.
+        if (atEnd.size === partitions && (out.length >= opts.expected || Date.now() - lastNew >= (opts.giveUpIdleMs ?? 10_000))) break;
         continue;
       }
       if (out.length >= opts.expected && Date.now() - lastNew >= idleMs) break;

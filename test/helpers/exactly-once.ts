@@ -37,7 +37,7 @@ export interface Readings {
 
 /** The topic read to its end both ways, at once; call it once the service's journals are empty (untilJournalEmpty). */
 export async function readBoth(topic: string, load: AccountedLoad, brokers = BROKERS): Promise<Readings> {
-  const opts = { expected: load.accepted, brokers, timeoutMs: 90_000, toEnd: true };
+  const opts = { expected: load.accepted, brokers, timeoutMs: 90_000, toEnd: true, giveUpIdleMs: 20_000 };
   const [committed, uncommitted] = await Promise.all([
     consumeAll(topic, { ...opts, isolation: 'read_committed' }),
     consumeAll(topic, { ...opts, isolation: 'read_uncommitted' }),
