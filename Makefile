@@ -23,7 +23,7 @@ test: build ## every test against a real broker (started and stopped when none i
 	@scripts/test.sh
 
 test-fast: build ## the unit and integration tests, without the fault suites (the developer's loop)
-	@scripts/test.sh test/unit test/integration test/smoke
+	@scripts/test.sh --fast
 
 test-faults: build ## the fault tests alone: a 3-broker cluster (started and stopped), brokers and workers killed under load
 	@scripts/test.sh test/faults

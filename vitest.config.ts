@@ -7,8 +7,9 @@ const shared = {
   hookTimeout: 120_000,
 };
 
-// The fault tests on brokers of their own (the 3-broker cluster, the fencing broker).
-const CLUSTER = ['test/faults/cluster-faults.test.ts', 'test/faults/fenced-broker.test.ts'];
+// The fault tests on brokers of their own: the 3-broker cluster's, and the fencing broker's.
+const CLUSTER = ['test/faults/cluster-faults.test.ts'];
+const FENCING = ['test/faults/fenced-broker.test.ts'];
 // The files that freeze, stop or kill the local broker (or fill a journal while it is frozen): nothing
 // else may use it meanwhile.
 const BROKER_FAULTS = ['test/faults/**/*.test.ts', 'test/integration/operability.test.ts', 'test/integration/journal.test.ts'];
@@ -16,8 +17,9 @@ const BROKER_FAULTS = ['test/faults/**/*.test.ts', 'test/integration/operability
 // Redis; the event-loop delay test measures its own loop's lateness in milliseconds.
 const ALONE = ['test/integration/gateway.test.ts', 'test/unit/metrics/event-loop-delay.test.ts'];
 
-// scripts/test.sh runs `cluster` beside `shared-broker` then `broker-faults`, and `alone` after both.
-// One vitest run of them all (npx vitest run) takes the groups in this order, one after the other.
+// scripts/test.sh runs three lanes at once, `cluster`, `broker-faults`, and `shared-broker` then
+// `fencing` on a second local broker; then `alone`. One vitest run of them all (npx vitest run) takes
+// the groups in this order, one after the other.
 export default defineConfig({
   test: {
     reporters: ['default'],
@@ -25,9 +27,10 @@ export default defineConfig({
       // The unit tests, and the service's tests that leave their broker alone (each on topics of its own).
       // One file at a time: two beside the cluster lane made timing-sensitive tests flaky (bench/HISTORY.md).
       { test: { ...shared, name: 'shared-broker', include: ['test/**/*.test.ts'], exclude: [...BROKER_FAULTS, ...ALONE], maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 0 } } },
-      { test: { ...shared, name: 'broker-faults', include: BROKER_FAULTS, exclude: CLUSTER, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 1 } } },
+      { test: { ...shared, name: 'broker-faults', include: BROKER_FAULTS, exclude: [...CLUSTER, ...FENCING], maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 1 } } },
       { test: { ...shared, name: 'cluster', include: CLUSTER, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 2 } } },
-      { test: { ...shared, name: 'alone', include: ALONE, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 3 } } },
+      { test: { ...shared, name: 'fencing', include: FENCING, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 3 } } },
+      { test: { ...shared, name: 'alone', include: ALONE, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 4 } } },
     ],
   },
 });

@@ -24,6 +24,8 @@
 #
 # Everything is idempotent: a second `start` finds the broker running and says so.
 # Jars live in .cache/kafka (KAFKA_CACHE), data, logs and pid files in .run/kafka (KAFKA_RUN).
+# KAFKA_PORT (9092) moves the single broker: its controller, SASL and TLS listeners are the next three
+# ports. With a KAFKA_RUN of its own it is a second local broker beside the first (make test's lanes).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -31,6 +33,7 @@ CACHE=${KAFKA_CACHE:-$ROOT/.cache/kafka}
 RUN=${KAFKA_RUN:-$ROOT/.run/kafka}
 LIB=$CACHE/lib
 TOPIC_DEFAULT=${MQ_TOPIC:-container.telemetry}
+PORT=${KAFKA_PORT:-9092}
 PARTITIONS_DEFAULT=${KAFKA_PARTITIONS:-6}
 HEAP=${KAFKA_HEAP:--Xms256m -Xmx768m}
 # Credentials of the SASL/PLAIN listener of the single broker (tests of issue "broker security").
@@ -111,6 +114,9 @@ group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 log.retention.hours=24
 log.segment.bytes=104857600
+# A transaction past its timeout is aborted within a second of it, not ten: the fault tests freeze a
+# worker holding one open, and wait for that abort.
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 $extra
 EOF
 }
@@ -153,8 +159,8 @@ replication() {
 
 single_config() {
   tls_material
-  node_config single 1 9092 9093 "1@127.0.0.1:9093" "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,SASL_PLAINTEXT://127.0.0.1:9094,SSL://127.0.0.1:9095
-advertised.listeners=PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9094,SSL://127.0.0.1:9095
+  node_config single 1 "$PORT" $((PORT + 1)) "1@127.0.0.1:$((PORT + 1))" "listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$((PORT + 1)),SASL_PLAINTEXT://127.0.0.1:$((PORT + 2)),SSL://127.0.0.1:$((PORT + 3))
+advertised.listeners=PLAINTEXT://127.0.0.1:$PORT,SASL_PLAINTEXT://127.0.0.1:$((PORT + 2)),SSL://127.0.0.1:$((PORT + 3))
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL
 ssl.keystore.type=PKCS12
 ssl.keystore.location=$TLS/broker.p12
@@ -269,13 +275,13 @@ cluster_id() {
 start_single() {
   local t0=$SECONDS
   fetch; write_log4j
-  if [[ -n $(pid_of single) ]]; then say "broker already running on 127.0.0.1:9092 (pid $(pid_of single))"; return 0; fi
+  if [[ -n $(pid_of single) ]]; then say "broker already running on 127.0.0.1:$PORT (pid $(pid_of single))"; return 0; fi
   single_config
   format_node single "$(cluster_id single)"
-  launch_node single 9092
-  wait_ready 127.0.0.1:9092 single
-  create_topic 127.0.0.1:9092 "$TOPIC_DEFAULT" "$PARTITIONS_DEFAULT" 1
-  say "broker ready on 127.0.0.1:9092 (SASL/PLAIN on :9094, TLS on :9095) with topic $TOPIC_DEFAULT ($PARTITIONS_DEFAULT partitions) in $((SECONDS - t0)) s"
+  launch_node single "$PORT"
+  wait_ready "127.0.0.1:$PORT" single
+  create_topic "127.0.0.1:$PORT" "$TOPIC_DEFAULT" "$PARTITIONS_DEFAULT" 1
+  say "broker ready on 127.0.0.1:$PORT (SASL/PLAIN on :$((PORT + 2)), TLS on :$((PORT + 3))) with topic $TOPIC_DEFAULT ($PARTITIONS_DEFAULT partitions) in $((SECONDS - t0)) s"
 }
 
 start_cluster() {
@@ -335,7 +341,7 @@ args=()
 for a in "$@"; do
   case $a in --cluster) cluster=1 ;; --fencing) fencing=1 ;; --all) all=1 ;; *) args+=("$a") ;; esac
 done
-bootstrap() { if ((cluster)); then echo "$CLUSTER_BOOTSTRAP"; elif ((fencing)); then echo "127.0.0.1:$FENCING_PORT"; else echo 127.0.0.1:9092; fi; }
+bootstrap() { if ((cluster)); then echo "$CLUSTER_BOOTSTRAP"; elif ((fencing)); then echo "127.0.0.1:$FENCING_PORT"; else echo "127.0.0.1:$PORT"; fi; }
 
 case $cmd in
   fetch) fetch ;;

@@ -237,11 +237,11 @@ describe('DELIVERY=exactly-once on the local broker, 2 workers', () => {
     const lso = await stableOffsets(t.MQ_TOPIC);
     const { stops: freezes, partition, stable, stoppedAt: frozenAt } = await stopHoldingTransaction([victim], lso);
     // How long consumers are held back, as the broker holds them: until that partition's last stable
-    // offset moves on, polled while the worker stays frozen (25 s in all). The broker aborts the
-    // transaction after its timeout, and looks for timed-out transactions every 10 s
-    // (transaction.abort.timed.out.transaction.cleanup.interval.ms).
+    // offset moves on, polled while the worker stays frozen (10 s in all). The broker aborts the
+    // transaction after its timeout, and looks for timed-out transactions every second
+    // (transaction.abort.timed.out.transaction.cleanup.interval.ms, scripts/kafka.sh).
     let heldMs = -1;
-    while (Date.now() - frozenAt < 25_000) {
+    while (Date.now() - frozenAt < 10_000) {
       await sleep(200);
       if (heldMs < 0 && (await lso.of(partition)) !== stable) heldMs = Date.now() - frozenAt;
     }
@@ -253,14 +253,14 @@ describe('DELIVERY=exactly-once on the local broker, 2 workers', () => {
     const readGapMs = await watcher.stop();
     const r = await readBoth(t.MQ_TOPIC, load);
     report(
-      'DELIVERY=exactly-once, the busiest worker frozen 25 s (transaction timeout 3 s)',
+      'DELIVERY=exactly-once, the busiest worker frozen 10 s (transaction timeout 3 s)',
       r,
       `${await transactionCounts(svc)}; partition ${partition}'s last stable offset held ${heldMs} ms after the freeze; a read_committed consumer's longest gap between reads ${readGapMs} ms; freezes until one caught a transaction open: ${freezes}`,
     );
     // Held until the broker aborted the transaction: its timeout (3 s from its start), plus up to the
-    // check interval and the markers' write; not until the worker woke (25 s: -1).
+    // check interval and the markers' write; not until the worker woke (10 s: -1).
     expect(heldMs).toBeGreaterThan(2_000);
-    expect(heldMs).toBeLessThan(18_000);
+    expect(heldMs).toBeLessThan(8_000);
     expect(await svc.stop()).toBe(0);
     expectExactlyOnce(r, 5_000);
   });
