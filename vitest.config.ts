@@ -1,5 +1,8 @@
 import { defineConfig } from 'vitest/config';
 
+// Files of the shared-broker and unit projects run at once (scripts/test.sh --fast sets 2).
+const sharedWorkers = Number(process.env.TEST_SHARED_WORKERS ?? 1);
+
 const shared = {
   setupFiles: ['test/setup.ts'],
   pool: 'forks' as const,
@@ -17,20 +20,25 @@ const BROKER_FAULTS = ['test/faults/**/*.test.ts', 'test/integration/operability
 // Redis; the event-loop delay test measures its own loop's lateness in milliseconds.
 const ALONE = ['test/integration/gateway.test.ts', 'test/unit/metrics/event-loop-delay.test.ts'];
 
-// scripts/test.sh runs three lanes at once, `cluster`, `broker-faults`, and `shared-broker` then
-// `fencing` on a second local broker; then `alone`. One vitest run of them all (npx vitest run) takes
-// the groups in this order, one after the other.
+// The unit tests: no broker. Their own project, so that a lane can take them beside its fault tests.
+const UNIT = ['test/unit/**/*.test.ts'];
+
+// scripts/test.sh's lanes: `cluster`, `fencing` then `unit` beside `shared-broker` then `broker-faults`,
+// and `alone` after both. One vitest run of them all (npx vitest run) takes the groups in this order,
+// one after the other.
 export default defineConfig({
   test: {
     reporters: ['default'],
     projects: [
-      // The unit tests, and the service's tests that leave their broker alone (each on topics of its own).
-      // One file at a time: two beside the cluster lane made timing-sensitive tests flaky (bench/HISTORY.md).
-      { test: { ...shared, name: 'shared-broker', include: ['test/**/*.test.ts'], exclude: [...BROKER_FAULTS, ...ALONE], maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 0 } } },
+      // The service's tests that leave their broker alone, each on topics of its own. One file at a time
+      // beside the cluster lane, where two made timing-sensitive tests flaky (bench/HISTORY.md); make
+      // test-fast, which has no cluster lane, runs two (TEST_SHARED_WORKERS).
+      { test: { ...shared, name: 'shared-broker', include: ['test/**/*.test.ts'], exclude: [...UNIT, ...BROKER_FAULTS, ...ALONE], maxWorkers: sharedWorkers, fileParallelism: sharedWorkers > 1, sequence: { groupOrder: 0 } } },
       { test: { ...shared, name: 'broker-faults', include: BROKER_FAULTS, exclude: [...CLUSTER, ...FENCING], maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 1 } } },
       { test: { ...shared, name: 'cluster', include: CLUSTER, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 2 } } },
       { test: { ...shared, name: 'fencing', include: FENCING, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 3 } } },
-      { test: { ...shared, name: 'alone', include: ALONE, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 4 } } },
+      { test: { ...shared, name: 'unit', include: UNIT, exclude: ALONE, maxWorkers: sharedWorkers, fileParallelism: sharedWorkers > 1, sequence: { groupOrder: 4 } } },
+      { test: { ...shared, name: 'alone', include: ALONE, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 5 } } },
     ],
   },
 });

@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# `make test`: every test against real Kafka brokers (see with-broker.sh), in three lanes at once:
-#   cluster  the 3-broker cluster's fault tests, which kill and freeze its brokers
-#   faults   the files that freeze, stop or restart the local broker (127.0.0.1:9092), one at a time
-#   shared   the other files, one at a time, on a second local broker (127.0.0.1:9392, .run/kafka-shared)
-#            that no test stops; then the fencing broker's test
-# They share no broker, so no lane's faults reach another's tests. Then, once all three are done:
+# `make test`: every test against real Kafka brokers (see with-broker.sh), in two lanes at once:
+#   cluster  the fault tests that bring up brokers of their own (the 3-broker cluster, the fencing
+#            broker) and kill or freeze them, one file at a time; then the unit tests, which use none
+#   main     the service's other files, on the local broker, one at a time: those that leave it
+#            alone, then those that freeze or stop it
+# They share no broker, so neither lane's faults reach the other's tests. Then, once both are done:
 #   alone    the files whose timing the busy machine breaks (the gateway's Idempotency-Key waits 50 ms
-#            at most for Redis, and beside the other lanes retries were passed on unchecked; the
-#            event-loop delay test read a descheduled process as a blocked loop)
+#            at most for Redis, and beside both lanes retries were passed on unchecked; the event-loop
+#            delay test read a descheduled process as a blocked loop)
 # Which file is where: vitest.config.ts's projects. Each line of output is prefixed with its lane's name.
 #   scripts/test.sh                every test, in the lanes
 #   scripts/test.sh --fast         the developer's loop (make test-fast): the unit, integration and
-#                                  smoke tests, in the same lanes, without the fault suites
+#                                  smoke tests without the fault suites, in two lanes: those that stop
+#                                  the local broker, beside the others, two files at a time, on a
+#                                  second local broker (127.0.0.1:9392, .run/kafka-shared); then alone
 #   scripts/test.sh ARGS...        one vitest run of ARGS (files, -t NAME...), as `npx vitest run ARGS`
 # VITEST_JSON=path also writes vitest's JSON report there, the lanes' merged (CI counts passed and
-# failed tests from it). With MQ_BROKERS set to a broker of your own, the shared lane uses it too.
+# failed tests from it).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -34,41 +36,52 @@ lane() {
 }
 
 if [[ ${1:-} == --lanes ]]; then
-  shift
-  # The files of every lane, filtered (--fast): a lane left with none passes.
-  filters=("$@")
   mkdir -p .run/test
-  rm -f .run/test/cluster.json .run/test/faults.json .run/test/shared.json .run/test/alone.json
+  rm -f .run/test/*.json
   started=$SECONDS
-  shared_broker=()
-  if [[ $MQ_BROKERS == 127.0.0.1:9092 ]]; then
-    shared_broker=(KAFKA_PORT=9392 KAFKA_RUN="$PWD/.run/kafka-shared")
-    # Only make test uses this broker: stopped whatever the lanes' end.
-    trap 'env "${shared_broker[@]}" scripts/kafka.sh stop >/dev/null' EXIT
-  fi
-  lane cluster --project cluster &
-  cluster=$!
-  lane faults --project broker-faults &
-  faults=$!
-  (
-    if ((${#shared_broker[@]})); then
-      export "${shared_broker[@]}" MQ_BROKERS=127.0.0.1:9392
-      scripts/kafka.sh start 2>&1 | sed -u 's/^/shared | /'
-    fi
-    lane shared --project shared-broker --project fencing
-  ) &
-  shared=$!
+  filters=()
+  reports=(.run/test/cluster.json .run/test/main.json .run/test/alone.json)
+  lane cluster --project cluster --project fencing --project unit &
+  first=$!
+  lane main --project shared-broker --project broker-faults &
+  second=$!
   status=0
-  wait "$cluster" || status=$?
-  wait "$faults" || status=$?
-  wait "$shared" || status=$?
+  wait "$first" || status=$?
+  wait "$second" || status=$?
   lane alone --project alone || status=$?
   # The lanes' reports as one (a lane that wrote none counts as a failed file), and the totals.
-  node scripts/merge-vitest-reports.mjs "${VITEST_JSON:-.run/test/report.json}" .run/test/cluster.json .run/test/faults.json .run/test/shared.json .run/test/alone.json || status=1
+  node scripts/merge-vitest-reports.mjs "${VITEST_JSON:-.run/test/report.json}" "${reports[@]}" || status=1
   echo "test.sh: every lane in $((SECONDS - started)) s"
   exit "$status"
 fi
 
+if [[ ${1:-} == --fast-lanes ]]; then
+  mkdir -p .run/test
+  rm -f .run/test/*.json
+  started=$SECONDS
+  filters=(test/unit test/integration test/smoke)
+  reports=(.run/test/faults.json .run/test/shared.json .run/test/alone.json)
+  shared_broker=(KAFKA_PORT=9392 KAFKA_RUN="$PWD/.run/kafka-shared")
+  # Only this loop uses that broker: stopped whatever its end.
+  trap 'env "${shared_broker[@]}" scripts/kafka.sh stop >/dev/null' EXIT
+  lane faults --project broker-faults &
+  first=$!
+  (
+    export "${shared_broker[@]}" MQ_BROKERS=127.0.0.1:9392 TEST_SHARED_WORKERS=2
+    scripts/kafka.sh start 2>&1 | sed -u 's/^/shared | /'
+    lane shared --project shared-broker --project unit
+  ) &
+  second=$!
+  status=0
+  wait "$first" || status=$?
+  wait "$second" || status=$?
+  lane alone --project alone || status=$?
+  node scripts/merge-vitest-reports.mjs "${VITEST_JSON:-.run/test/report.json}" "${reports[@]}" || status=1
+  echo "test.sh: every lane in $((SECONDS - started)) s"
+  exit "$status"
+fi
+
+[[ ${1:-} == --fast ]] && exec scripts/with-broker.sh "$0" --fast-lanes
 filters=()
 if (($# > 0)); then
   report=()
@@ -78,5 +91,4 @@ if (($# > 0)); then
   fi
   exec scripts/with-broker.sh npx vitest run "${report[@]}" "$@"
 fi
-[[ ${1:-} == --fast ]] && exec scripts/with-broker.sh "$0" --lanes test/unit test/integration test/smoke
 exec scripts/with-broker.sh "$0" --lanes
