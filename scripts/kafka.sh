@@ -36,6 +36,9 @@ TOPIC_DEFAULT=${MQ_TOPIC:-container.telemetry}
 PORT=${KAFKA_PORT:-9092}
 PARTITIONS_DEFAULT=${KAFKA_PARTITIONS:-6}
 HEAP=${KAFKA_HEAP:--Xms256m -Xmx768m}
+# The brokers' collector and compiler flags. make test sets "-XX:+UseSerialGC -XX:TieredStopAtLevel=1":
+# its brokers start often and carry little, and those flags halve the CPU of a start (scripts/test.sh).
+BROKER_JVM=${KAFKA_BROKER_JVM:--XX:+UseG1GC}
 # Credentials of the SASL/PLAIN listener of the single broker (tests of issue "broker security").
 SASL_USER=${KAFKA_SASL_USER:-ingest}
 SASL_PASSWORD=${KAFKA_SASL_PASSWORD:-ingest-secret}
@@ -228,7 +231,7 @@ launch_node() {
   if [[ -n $(pid_of "$name") ]]; then say "$name already running (pid $(pid_of "$name"))"; return 0; fi
   port_open "$port" && die "port $port is taken by another process; stop it or set MQ_BROKERS to that broker"
   # setsid: the broker must not receive the Ctrl-C meant for a foreground `make run`.
-  setsid java $HEAP -XX:+UseG1GC -Djava.awt.headless=true -Dlog4j2.configurationFile="$RUN/log4j2.properties" \
+  setsid java $HEAP $BROKER_JVM -Djava.awt.headless=true -Dlog4j2.configurationFile="$RUN/log4j2.properties" \
     -cp "$LIB/*" kafka.Kafka "$RUN/$name/server.properties" >>"$RUN/$name/broker.log" 2>&1 </dev/null &
   echo $! >"$RUN/$name/pid"
 }

@@ -26,6 +26,10 @@ scripts/need-packages.sh nginx:nginx /usr/lib/nginx/modules/ngx_http_lua_module.
   /usr/share/lua/5.1/nginx/redis.lua:lua-nginx-redis redis-server:redis-server haproxy:haproxy ab:apache2-utils \
   /usr/lib/x86_64-linux-gnu/libjemalloc.so.2:libjemalloc2
 
+# The tests' brokers start often and carry little: the serial collector and the client compiler halve
+# the CPU of a start and take a quarter less idle (bench/HISTORY.md), CPU the tests beside them need.
+export KAFKA_BROKER_JVM=${KAFKA_BROKER_JVM:--XX:+UseSerialGC -XX:TieredStopAtLevel=1}
+
 # lane NAME VITEST_ARGS...: one vitest run, its report in .run/test/NAME.json, its lines prefixed.
 lane() {
   local name=$1 code=0
