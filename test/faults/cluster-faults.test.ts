@@ -180,7 +180,9 @@ describe('on a 3-broker cluster under load', () => {
     expect(a.lost).toBe(0);
     expect(a.hangs).toBe(0);
     expect(a.connectionErrors).toBe(0);
-    expect(a.statuses['500']).toBeGreaterThan(0); // refused during the outage, after the grace period
+    expect(a.statuses['500']).toBeGreaterThan(0);
+    // Refused during the outage once the grace period was over, not only once the queue was full.
+    expect(await metric(svc.url, 'ingest_requests_rejected_total{reason="broker_unavailable"}')).toBeGreaterThan(0);
     expect(afterwards.filter((r) => r.status !== 202)).toEqual([]);
     expect(restarts).toBe(0);
     expect(workerPids(svc).sort()).toEqual(pidsBefore.sort());
