@@ -25,7 +25,7 @@
 # Everything is idempotent: a second `start` finds the broker running and says so.
 # Jars live in .cache/kafka (KAFKA_CACHE), data, logs and pid files in .run/kafka (KAFKA_RUN).
 # KAFKA_PORT (9092) moves the single broker: its controller, SASL and TLS listeners are the next three
-# ports. With a KAFKA_RUN of its own it is a second local broker beside the first (make test's lanes).
+# ports. With a KAFKA_RUN of its own it is a second local broker beside the first (make test-fast's shared lane).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
