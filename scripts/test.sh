@@ -39,50 +39,45 @@ lane() {
   return "$code"
 }
 
-if [[ ${1:-} == --lanes ]]; then
+# finish_lanes PID NAME PID NAME: waits for the two lanes, then runs `alone`; merges the three reports
+# into one (a lane that wrote none counts as a failed file) and exits with the lanes' status.
+finish_lanes() {
+  local status=0
+  wait "$1" || status=$?
+  wait "$3" || status=$?
+  lane alone --project alone || status=$?
+  node scripts/merge-vitest-reports.mjs "${VITEST_JSON:-.run/test/report.json}" ".run/test/$2.json" ".run/test/$4.json" .run/test/alone.json || status=1
+  echo "test.sh: every lane in $((SECONDS - started)) s"
+  exit "$status"
+}
+
+if [[ ${1:-} == --lanes || ${1:-} == --fast-lanes ]]; then
   mkdir -p .run/test
   rm -f .run/test/*.json
   started=$SECONDS
+fi
+
+if [[ ${1:-} == --lanes ]]; then
   filters=()
-  reports=(.run/test/cluster.json .run/test/main.json .run/test/alone.json)
   lane cluster --project cluster --project fencing --project unit &
-  first=$!
+  cluster=$!
   lane main --project shared-broker --project broker-faults &
-  second=$!
-  status=0
-  wait "$first" || status=$?
-  wait "$second" || status=$?
-  lane alone --project alone || status=$?
-  # The lanes' reports as one (a lane that wrote none counts as a failed file), and the totals.
-  node scripts/merge-vitest-reports.mjs "${VITEST_JSON:-.run/test/report.json}" "${reports[@]}" || status=1
-  echo "test.sh: every lane in $((SECONDS - started)) s"
-  exit "$status"
+  finish_lanes "$cluster" cluster $! main
 fi
 
 if [[ ${1:-} == --fast-lanes ]]; then
-  mkdir -p .run/test
-  rm -f .run/test/*.json
-  started=$SECONDS
   filters=(test/unit test/integration test/smoke)
-  reports=(.run/test/faults.json .run/test/shared.json .run/test/alone.json)
   shared_broker=(KAFKA_PORT=9392 KAFKA_RUN="$PWD/.run/kafka-shared")
   # Only this loop uses that broker: stopped whatever its end.
   trap 'env "${shared_broker[@]}" scripts/kafka.sh stop >/dev/null' EXIT
   lane faults --project broker-faults &
-  first=$!
+  faults=$!
   (
     export "${shared_broker[@]}" MQ_BROKERS=127.0.0.1:9392 TEST_SHARED_WORKERS=2
     scripts/kafka.sh start 2>&1 | sed -u 's/^/shared | /'
     lane shared --project shared-broker --project unit
   ) &
-  second=$!
-  status=0
-  wait "$first" || status=$?
-  wait "$second" || status=$?
-  lane alone --project alone || status=$?
-  node scripts/merge-vitest-reports.mjs "${VITEST_JSON:-.run/test/report.json}" "${reports[@]}" || status=1
-  echo "test.sh: every lane in $((SECONDS - started)) s"
-  exit "$status"
+  finish_lanes "$faults" faults $! shared
 fi
 
 [[ ${1:-} == --fast ]] && exec scripts/with-broker.sh "$0" --fast-lanes
