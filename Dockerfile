@@ -1,20 +1,20 @@
 # syntax=docker/dockerfile:1
-# Multi-stage, on Node 24 LTS and Debian 13 (glibc 2.41: uWebSockets.js v20.57 needs 2.38). node-rdkafka
-# compiles librdkafka in the build stage, then patches/ is applied and librdkafka and the addon rebuilt,
-# and node-gyp builds the journal's addon (native/journal-files); compilers, headers and patch(1) stay
-# there. The runtime image has Node, the compiled JavaScript, production node_modules and the journal's
-# addon, the shared libraries librdkafka links against (OpenSSL 3, zlib) and jemalloc, which the workers
+# Multi-stage, on Node 24 LTS and Debian 13 (glibc 2.41: uWebSockets.js v20.57 needs 2.38). The build
+# stage compiles the Kafka client (@confluentinc/kafka-javascript and its librdkafka, patches/ applied)
+# and the journal's addon (native/journal-files); compilers, headers and patch(1) stay there. The
+# runtime image has Node, the compiled JavaScript, production node_modules and the journal's addon,
+# the shared libraries librdkafka links against (OpenSSL 3, zlib, zstd) and jemalloc, which the workers
 # run on (WORKER_MALLOC=auto, src/process/allocator.ts), and runs as a non-root user.
 # The build steps are scripts/image-build.sh's, which also makes this image's root without Docker
 # (`image-build.sh root`: the same Debian 13, Node 24 from the npm registry) and is tested from it.
 
 FROM node:24-trixie-slim AS build
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 make g++ patch libssl-dev zlib1g-dev ca-certificates \
+ && apt-get install -y --no-install-recommends python3 make g++ patch libssl-dev zlib1g-dev libzstd-dev ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY package.json package-lock.json ./
-COPY scripts/image-build.sh scripts/patch-node-rdkafka.sh ./scripts/
+COPY scripts/image-build.sh scripts/install.sh scripts/need-packages.sh scripts/build-kafka-client.sh ./scripts/
 COPY patches ./patches
 COPY native ./native
 RUN scripts/image-build.sh deps
@@ -25,7 +25,7 @@ RUN scripts/image-build.sh compile
 
 FROM node:24-trixie-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libssl3t64 zlib1g libjemalloc2 ca-certificates curl \
+ && apt-get install -y --no-install-recommends libssl3t64 zlib1g libzstd1 libjemalloc2 ca-certificates curl \
  && rm -rf /var/lib/apt/lists/*
 ENV NODE_ENV=production \
     LISTEN_ADDR=:8080 \

@@ -7,7 +7,7 @@ SHELL := /bin/bash
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-install: ## npm ci when package-lock.json changed (builds node-rdkafka once)
+install: ## npm ci when package-lock.json or patches/ changed (compiles the patched Kafka client once)
 	@scripts/install.sh
 
 build: install ## compile TypeScript to dist/
@@ -66,7 +66,7 @@ bench: build ## the benchmark suite against a local Kafka (about 19 minutes; see
 	@scripts/need-packages.sh $(JEMALLOC)
 	@scripts/with-broker.sh node dist/bench/run.js
 
-bench-floor: build ## CPU per point of each stage alone: parse, zod, encode, the node-rdkafka producer (failure reports only vs a report per message)
+bench-floor: build ## CPU per point of each stage alone: parse, zod, encode, the Kafka client's producer (failure reports only vs a report per message)
 	@npx tsc -p .
 	@scripts/need-packages.sh $(JEMALLOC)
 	@scripts/with-broker.sh node dist/bench/floor.js

@@ -26,7 +26,7 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { release, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Kafka from 'node-rdkafka';
+import Kafka from '@confluentinc/kafka-javascript';
 import { BROKERS, createTopic, deleteTopic } from '../support/kafka.js';
 import { freePort } from '../support/ports.js';
 import { DESIGN_LOAD } from './lib/design-load.js';
@@ -82,7 +82,7 @@ function follow(topic: string) {
   const done = (async () => {
     await new Promise<void>((resolve, reject) => consumer.connect({ timeout: 15_000 }, (err) => (err ? reject(err) : resolve())));
     consumer.assign(Array.from({ length: 6 }, (_, partition) => ({ topic, partition, offset: 0 })));
-    // consume(n) waits for n messages or this timeout (node-rdkafka's default: 1 s): the reader's own
+    // consume(n) waits for n messages or this timeout (the binding's default: 1 s): the reader's own
     // batching must not be what is measured.
     consumer.setDefaultConsumeTimeout(2);
     while (running) {

@@ -4,7 +4,7 @@
 //      and for comparison the general path stage by stage (UTF-8 check, decode, JSON.parse; the
 //      validation fast path derived from the zod schema, and zod itself; encoding), through the
 //      service's own functions, repeated FLOOR_REQUESTS (20,000) times;
-//   2. the node-rdkafka producer alone with the service's settings (producerSettings), failure
+//   2. the Kafka client's producer alone with the service's settings (producerSettings), failure
 //      reports only as in ACK_MODE=async: FLOOR_MESSAGES (1,000,000) of the encoded values handed over
 //      as the service does, one produceBatch() call per request (100 messages, and 1 for the floor
 //      of 1-point requests), with the CPU of the JavaScript thread and of librdkafka's threads apart
@@ -41,7 +41,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
-import Kafka from 'node-rdkafka';
+import Kafka from '@confluentinc/kafka-javascript';
 import { z } from 'zod';
 import { runsOnJemalloc, workerMallocEnv } from '../src/process/allocator.js';
 import { loadConfig } from '../src/config.js';
@@ -281,7 +281,7 @@ async function measure(): Promise<void> {
   console.log(`    (encoding the 500 bodies of distinct coordinates in turn: ${f(distinctEncoding)})`);
   const topic = await createTopic(uniqueTopic('floor'));
   try {
-    console.log(`\nnode-rdkafka producer, ${MESSAGES} messages, the service's settings, librdkafka's statistics every ${STATS_INTERVAL_MS} ms unless a row says off (µs of CPU per message):`);
+    console.log(`\nKafka client's producer, ${MESSAGES} messages, the service's settings, librdkafka's statistics every ${STATS_INTERVAL_MS} ms unless a row says off (µs of CPU per message):`);
     const service: Statistics = 'as the service';
     const runs: { label: string; handover: Handover; reports: Reports; statistics: Statistics }[] = [
       { label: `produceBatch(), ${POINTS} a call, reports for failures only`, handover: { batch: POINTS }, reports: 'failures only', statistics: service },

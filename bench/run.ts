@@ -6,7 +6,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
-import Kafka from 'node-rdkafka';
+import Kafka from '@confluentinc/kafka-javascript';
 import { loadConfig } from '../src/config.js';
 import { producerSettings } from '../src/kafka/settings.js';
 import { BROKERS, createTopic, deleteTopic } from '../support/kafka.js';

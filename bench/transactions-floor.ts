@@ -1,4 +1,4 @@
-// `make bench-transactions-floor`: what Kafka transactions cost node-rdkafka and librdkafka
+// `make bench-transactions-floor`: what Kafka transactions cost the Kafka client and librdkafka
 // themselves, without the service: the floor under DELIVERY=exactly-once's CPU bound (issue 46: at
 // most 1.05 × the default mode per point). Bare producers with the service's settings
 // (producerSettings), each in its own process, all at once, each handed TXF_RATE (5,000) one-point
@@ -13,7 +13,7 @@
 // cannot take away: read it against the service's own CPU per point at 1 point (make bench-cpu).
 import { spawn } from 'node:child_process';
 import { release } from 'node:os';
-import Kafka from 'node-rdkafka';
+import Kafka from '@confluentinc/kafka-javascript';
 import { loadConfig } from '../src/config.js';
 import { producerSettings } from '../src/kafka/settings.js';
 import { encodePoints } from '../src/track-point/encode.js';

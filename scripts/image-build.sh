@@ -2,8 +2,8 @@
 # The build steps of the Dockerfile, runnable without Docker. The Dockerfile calls the first two,
 # so the image and this script cannot drift apart.
 #
-#   scripts/image-build.sh deps           npm ci (compiles librdkafka, patches node-rdkafka, builds the
-#                                         journal's addon), here
+#   scripts/image-build.sh deps           scripts/install.sh: npm ci, then the patched Kafka client
+#                                         (compiles librdkafka) and the journal's addon, here
 #   scripts/image-build.sh compile        tsc, then drop dev dependencies
 #   scripts/image-build.sh root DIR       the image's root file system without Docker: Debian 13 with the
 #                                         Dockerfile's packages (build and runtime stages in one root),
@@ -16,19 +16,19 @@
 # The Dockerfile's apt-get lines name the same packages as BUILD_PACKAGES and RUNTIME_PACKAGES (a test
 # holds them together).
 set -euo pipefail
-BUILD_PACKAGES=(python3 make g++ patch libssl-dev zlib1g-dev ca-certificates)
-RUNTIME_PACKAGES=(libssl3t64 zlib1g libjemalloc2 ca-certificates curl)
+BUILD_PACKAGES=(python3 make g++ patch libssl-dev zlib1g-dev libzstd-dev ca-certificates)
+RUNTIME_PACKAGES=(libssl3t64 zlib1g libzstd1 libjemalloc2 ca-certificates curl)
 NODE_MAJOR=24
 step=${1:?usage: image-build.sh deps|compile|root DIR}
 case $step in
   deps)
-    npm ci --no-audit --no-fund ;;
+    scripts/install.sh ;;
   compile)
     npx tsc -p tsconfig.build.json
     npm prune --omit=dev --no-audit --no-fund
-    # Checks that the patched node-rdkafka is still the one installed (patch-node-rdkafka.sh says why
-    # npm prune no longer reinstalls it); a no-op when it is.
-    scripts/patch-node-rdkafka.sh ;;
+    # Checks that the patched Kafka client is still the one installed (npm prune must not have
+    # reinstalled it); a no-op when it is.
+    scripts/build-kafka-client.sh ;;
   root)
     dir=${2:?usage: image-build.sh root DIR}
     repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

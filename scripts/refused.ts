@@ -6,7 +6,7 @@
 //   REFUSED_LAST   20   how many rows
 // MQ_BROKERS, MQ_REFUSED_TOPIC and the connection's MQ_OPT_* (security, SASL, TLS) are read as the
 // service reads them (src/config.ts).
-import Kafka from 'node-rdkafka';
+import Kafka from '@confluentinc/kafka-javascript';
 import { ConfigError, loadConfig, type Config } from '../src/config.js';
 
 const say = (text: string) => process.stderr.write(`refused: ${text}\n`);
@@ -30,7 +30,7 @@ if (!(Number.isInteger(last) && last > 0)) stop(`REFUSED_LAST must be a whole nu
 /** The connection's own properties of MQ_OPT_* (a consumer refuses the producer's). */
 const connection = Object.fromEntries(Object.entries(config!.producerOptions).filter(([name]) => /^(security|sasl|ssl)\./.test(name)));
 const consumer = new Kafka.KafkaConsumer({ 'metadata.broker.list': config!.brokers, 'group.id': 'track-ingest-refused-table', 'enable.auto.commit': false, ...connection }, {});
-/** node-rdkafka's callback form as a promise; its errors are LibrdKafkaError (a message and a code). */
+/** The binding's callback form as a promise; its errors are LibrdKafkaError (a message and a code). */
 const call = <T>(f: (cb: (err: { message: string } | null | undefined, value: T) => void) => void): Promise<T> =>
   new Promise((resolve, reject) => f((err, value) => (err ? reject(new Error(err.message)) : resolve(value))));
 

@@ -6,7 +6,7 @@
 #   scripts/test-in-root.sh [VITEST ARGS...]   `make test` on Node 24: every vitest file, against a
 #                                              broker started in the root (make test-node24)
 #   scripts/test-in-root.sh --smoke 22         the smoke test (test/smoke) on Node 22: the tree of the
-#                                              Node 24 run, with node-rdkafka's addon built again for
+#                                              Node 24 run, with the Kafka client's addon built again for
 #                                              Node 22's ABI (the journal's addon is Node-API: as it is)
 #   scripts/test-in-root.sh --prepare          only the root, up to date with this checkout (the image
 #                                              test starts the service from its /app)
@@ -14,7 +14,7 @@
 #                                              benchmark of one Node against another, bench/README.md)
 #
 # TEST_ROOT: the root (.cache/debian13-node24). VITEST_JSON: vitest's JSON report, copied out of the root.
-# The first run builds the root and compiles node-rdkafka in it (about 6 minutes on 2 cores); later
+# The first run builds the root and compiles the Kafka client in it (about 6 minutes on 2 cores); later
 # runs copy this checkout in and test.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -42,7 +42,7 @@ copy_report() {
 trap copy_report EXIT
 rm -f "$root/src/.run/root-vitest.json"
 
-# tree MAJOR: /src-node<MAJOR>, the Node 24 tree with node-rdkafka's addon configured and built against
+# tree MAJOR: /src-node<MAJOR>, the Node 24 tree with the Kafka client's addon configured and built against
 # Node MAJOR's headers (librdkafka itself, a plain shared library, is kept; the journal's addon is
 # Node-API and serves every version as it is).
 tree() {
@@ -54,13 +54,13 @@ tree() {
   tar -C "$root/src" --exclude=./.run -cf - . | tar -C "$root/src-node$major" -xf -
   # The headers' directory as debian-root.sh gives it to node-gyp (npm_package_config_node_gyp_nodedir,
   # which takes precedence over --nodedir), and the addon loaded by that Node before it is called built.
-  if ! scripts/debian-root.sh run "$root" -- env PATH="/opt/node-$major/bin:/usr/local/bin:/usr/bin:/bin" npm_package_config_node_gyp_nodedir="/opt/node-$major" bash -c "cd /src-node$major/node_modules/node-rdkafka &&
-    node /usr/local/lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js configure build && node -e 'require(\"/src-node$major/node_modules/node-rdkafka\")'" >"$root/src-node$major.build.log" 2>&1; then
+  if ! scripts/debian-root.sh run "$root" -- env PATH="/opt/node-$major/bin:/usr/local/bin:/usr/bin:/bin" npm_package_config_node_gyp_nodedir="/opt/node-$major" CKJS_LINKING=dynamic bash -c "cd /src-node$major/node_modules/@confluentinc/kafka-javascript &&
+    node /usr/local/lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js configure build && node -e 'require(\"/src-node$major/node_modules/@confluentinc/kafka-javascript\")'" >"$root/src-node$major.build.log" 2>&1; then
     tail -n 30 "$root/src-node$major.build.log" >&2
-    echo "test-in-root.sh: building node-rdkafka's addon for Node $major failed (above: the end of $root/src-node$major.build.log)" >&2
+    echo "test-in-root.sh: building the Kafka client's addon for Node $major failed (above: the end of $root/src-node$major.build.log)" >&2
     exit 1
   fi
-  echo "test-in-root.sh: /src-node$major: node-rdkafka's addon built for Node $(chroot "$root" "/opt/node-$major/bin/node" --version)"
+  echo "test-in-root.sh: /src-node$major: the Kafka client's addon built for Node $(chroot "$root" "/opt/node-$major/bin/node" --version)"
 }
 
 case ${1:-} in

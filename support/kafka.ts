@@ -1,7 +1,7 @@
 // Shared by the tests and the benchmarks (support/). Real Kafka for the integration tests: a fresh topic per test file, and a consumer that reads a
 // topic back from the start. A broker that cannot be reached fails the test; nothing is mocked.
 import { randomUUID } from 'node:crypto';
-import Kafka from 'node-rdkafka';
+import Kafka from '@confluentinc/kafka-javascript';
 
 export const BROKERS = process.env.MQ_BROKERS ?? '127.0.0.1:9092';
 

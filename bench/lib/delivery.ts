@@ -1,6 +1,6 @@
 // How many messages a benchmark's topic holds: read from the broker's high watermarks, or, for a topic
 // written in transactions, counted by a read_committed consumer.
-import Kafka from 'node-rdkafka';
+import Kafka from '@confluentinc/kafka-javascript';
 import { BROKERS } from '../../support/kafka.js';
 
 /** Messages in the topic (sum of the high watermarks of its 6 partitions; the topic is new). */

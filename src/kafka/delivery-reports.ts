@@ -5,7 +5,7 @@
 // the record stays in the journal meanwhile. ACK_MODE=delivered asks for a report per message; each
 // carries its request's DeliveryTicket (opaque), and the request is answered when the last of its
 // points reported.
-import Kafka from 'node-rdkafka';
+import Kafka from '@confluentinc/kafka-javascript';
 import { Throttled, type Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics/metrics.js';
 
@@ -46,7 +46,7 @@ export function newTicket(settle: (ticket: DeliveryTicket) => void): DeliveryTic
   return { remaining: 0, failed: 0, uncertain: 0, firstError: '', enqueuedAt: 0, settled: false, settle };
 }
 
-/** librdkafka's rd_kafka_msg_status_t, as the patched node-rdkafka puts it in each report (`status`). */
+/** librdkafka's rd_kafka_msg_status_t, as the patched binding puts it in each report (`status`). */
 export const MSG_STATUS = { NOT_PERSISTED: 0, POSSIBLY_PERSISTED: 1, PERSISTED: 2 } as const;
 
 function settleOnce(ticket: DeliveryTicket): void {
@@ -140,7 +140,7 @@ export class DeliveryReports {
       this.metrics.deliveryErrors.labels(code).inc();
       if (ticket !== undefined) {
         // The client hears 500: not produced again, or a resend would make it arrive twice.
-        // node-rdkafka's delivery errors carry librdkafka's message but not always its code.
+        // the binding's delivery errors carry librdkafka's message but not always its code.
         if (ticket.failed++ === 0) ticket.firstError = err.message;
         if (report.status !== MSG_STATUS.NOT_PERSISTED) ticket.uncertain++;
         this.failures.report({ code, message: err.message, partition: report.partition, status: report.status, answered: 500 });

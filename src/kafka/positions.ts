@@ -6,7 +6,7 @@
 // A position is a message keyed by the slot's transactional.id, its value JSON:
 //   {"journal":"<journal.id>","slot":0,"seq":12,"index":345,"at":"2026-11-27T12:00:00.000Z"}
 // every record of that journal's slot up to segment `seq`, record `index`, is in Kafka, committed.
-import Kafka from 'node-rdkafka';
+import Kafka from '@confluentinc/kafka-javascript';
 import type { ProducedBatch } from './producer.js';
 
 export interface JournalPosition {
@@ -147,7 +147,7 @@ async function readRanges(
   return found;
 }
 
-/** node-rdkafka's callback form as a promise, its errors kept. */
+/** the binding's callback form as a promise, its errors kept. */
 function call<T>(f: (cb: (err: Kafka.LibrdKafkaError | null | undefined, value: T) => void) => void): Promise<T> {
   return new Promise((resolve, reject) => f((err, value) => (err ? reject(err) : resolve(value))));
 }

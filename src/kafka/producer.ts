@@ -1,13 +1,13 @@
-// One node-rdkafka producer per worker process, created by the worker itself: each worker is its own
-// librdkafka client (cluster.fork() starts a new process). librdkafka does the batching: linger.ms=10,
-// batch.num.messages=100. This module talks to Kafka and nothing else; what a request's points go
+// One producer per worker process (@confluentinc/kafka-javascript, node-rdkafka's API), created by the
+// worker itself: each worker is its own librdkafka client (cluster.fork() starts a new process).
+// librdkafka does the batching: linger.ms=10, batch.num.messages=100. This module talks to Kafka and nothing else; what a request's points go
 // through before and after is the write-ahead path's (write-ahead/write-ahead.ts).
 //
 // What it offers the write-ahead path:
 //   - produce(batch, tag, timestamp): one native call for a whole request (produceBatch, added to
-//     node-rdkafka by patches/), every message stamped with the time of acceptance and tagged with its
+//     the binding by patches/), every message stamped with the time of acceptance and tagged with its
 //     journal record's id; librdkafka counts the acknowledgements per tag
-//     (patches/librdkafka-2.12-acks-counted-per-tag.patch), read every poll (takeAcks), so Kafka's
+//     (patches/librdkafka-acks-counted-per-tag.patch), read every poll (takeAcks), so Kafka's
 //     answers cost no report per message; failures are reported, with the message (onFailed);
 //   - produceWithTicket(batch, ticket): ACK_MODE=delivered, a report per message back to its request's
 //     ticket (delivery-reports.ts);
@@ -20,7 +20,7 @@
 // (connecting, the topic's metadata every second), broker-state.ts (what is known about Kafka and what
 // follows for admission and readiness), broker-silence.ts (a broker that stops answering),
 // statistics.ts (librdkafka's statistics to Prometheus), delivery-reports.ts (reports and tickets).
-import Kafka from 'node-rdkafka';
+import Kafka from '@confluentinc/kafka-javascript';
 import type { ProducerRefusal } from '../api/errors.js';
 import type { Config } from '../config.js';
 import { Throttled, type Logger } from '../log.js';
@@ -92,11 +92,11 @@ export class KafkaProducer {
     // Throws on an unknown or invalid property: the worker reports it as a configuration error.
     this.producer = new Kafka.Producer(settings.global, settings.topic);
     if (typeof this.producer.produceBatch !== 'function' || typeof this.producer.takeAcks !== 'function') {
-      throw new Error('node-rdkafka lacks produceBatch and takeAcks: patches/ was not applied; run scripts/patch-node-rdkafka.sh (npm ci runs it)');
+      throw new Error('@confluentinc/kafka-javascript lacks produceBatch and takeAcks: patches/ was not applied; run scripts/build-kafka-client.sh (scripts/install.sh runs it)');
     }
     this.link = new BrokerLink(this.producer, this.state, { brokers: config.brokers, topic: config.topic, log, changed: () => this.updateRefusal() });
     this.brokerErrors = new Throttled(log, 'warn', 'kafka client error');
-    // node-rdkafka's error events carry only the code's name ("ssl error"); librdkafka says why in its
+    // the binding's error events carry only the code's name ("ssl error"); librdkafka says why in its
     // log ("SSL handshake failed: ... certificate verify failed"), passed on here at its level.
     this.clientErrors = new Throttled(log, 'error', 'librdkafka');
     this.clientWarnings = new Throttled(log, 'warn', 'librdkafka');
@@ -200,7 +200,7 @@ export class KafkaProducer {
   }
 
   // ---- DELIVERY=exactly-once: librdkafka's transaction calls (write-ahead/transactions.ts) ----------
-  // Each takes an explicit timeout: node-rdkafka's default of 5 s turns a slow commit into an abort.
+  // Each takes an explicit timeout: the binding's default of 5 s turns a slow commit into an abort.
   // A failure rejects with librdkafka's error, whose isRetriable, isTxnRequiresAbort and isFatal say
   // what the caller may do next.
 
@@ -223,7 +223,7 @@ export class KafkaProducer {
     return this.transactionCall((done) => this.producer.abortTransaction(timeoutMs, done));
   }
 
-  /** The transaction call under way (node-rdkafka runs it on a thread of libuv's pool), for disconnect(). */
+  /** The transaction call under way (the binding runs it on a thread of libuv's pool), for disconnect(). */
   private callUnderWay: Promise<unknown> | null = null;
 
   private transactionCall(call: (done: (err: Kafka.LibrdKafkaError | null | undefined) => void) => void): Promise<void> {
@@ -315,7 +315,7 @@ export class KafkaProducer {
     await this.link.disconnect(deadline - Date.now());
   }
 
-  // ---- events from node-rdkafka -----------------------------------------------------------------
+  // ---- events from the binding -----------------------------------------------------------------
 
   private onError(err: Kafka.LibrdKafkaError): void {
     if (err.isFatal) {
@@ -398,7 +398,7 @@ export function isFenced(err: { code?: number } | null | undefined): boolean {
   return err?.code === Kafka.CODES.ERRORS.ERR__FENCED || err?.code === Kafka.CODES.ERRORS.ERR_PRODUCER_FENCED;
 }
 
-/** A node-rdkafka call with a callback of an error or nothing, as a promise. */
+/** A binding call with a callback of an error or nothing, as a promise. */
 function settled(call: (done: (err: Kafka.LibrdKafkaError | null | undefined) => void) => void): Promise<void> {
   return new Promise((resolve, reject) => call((err) => (err ? reject(err) : resolve())));
 }

@@ -15,7 +15,7 @@
 // every report came. Why: an idle librdkafka client still costs its worker about 1 ms of CPU a
 // second (its threads' timers, the polls), 0.5 to 1 % of a worker under the design load, and issue
 // 47 allows the accepted path 1 % for the topic (bench/HISTORY.md, 2026-11-29).
-import Kafka from 'node-rdkafka';
+import Kafka from '@confluentinc/kafka-javascript';
 import { Throttled, type Logger } from '../log.js';
 import { codeName } from './delivery-reports.js';
 import type { ProducerSettings } from './settings.js';

@@ -4,11 +4,11 @@
 //
 // Why the scope matters: librdkafka has global properties and topic-level ones (message.timeout.ms,
 // request.timeout.ms, acks, partitioner, compression...). A topic-level property set on the global
-// configuration goes to its default topic configuration, and node-rdkafka replaces that with the
+// configuration goes to its default topic configuration, and the binding replaces that with the
 // topic configuration it is given: every topic-level property set globally was dropped, silently
 // (librdkafka logs a CONFWARN about it at start-up, as a warning). So each property is offered to a
 // topic configuration first, and goes to the global one only if librdkafka does not know it there.
-import Kafka from 'node-rdkafka';
+import Kafka from '@confluentinc/kafka-javascript';
 import { ConfigError, type Config, PRODUCER_OPTION_PREFIX, type RefusedTopic } from '../config.js';
 import { CONTAINER_ID_MAX_LENGTH } from '../track-point/schema.js';
 
@@ -44,7 +44,7 @@ export function producerSettings(config: Config, clientId: string, transactional
   return { global: global as Kafka.ProducerGlobalConfig, topic: topic as Kafka.ProducerTopicConfig };
 }
 
-/** The properties the service sets itself (node-rdkafka's own dr_cb / dr_msg_cb among them). */
+/** The properties the service sets itself (the binding's own dr_cb / dr_msg_cb among them). */
 function serviceProperties(config: Config, clientId: string): Properties {
   // librdkafka's own queue limits sit above our high-water mark, which admission holds against its own
   // count (rd_kafka_outq_len): the headroom, half the mark plus one maximal request, is for what is
@@ -110,7 +110,7 @@ const UNKNOWN_PROPERTY = /^No such configuration property/;
 
 /**
  * Where librdkafka reads a property, asked of librdkafka itself: a topic configuration that takes it
- * makes it topic-level. node-rdkafka builds its configurations in the Producer's constructor and
+ * makes it topic-level. the binding builds its configurations in the Producer's constructor and
  * starts no client until connect(), so these are configuration objects only.
  */
 function scopeOf(name: string, value: string | number | boolean, variable: string): 'global' | 'topic' {

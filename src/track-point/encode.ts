@@ -151,7 +151,7 @@ function writeJsonString(id: string, p: number): number {
 }
 
 /**
- * The key: the id in UTF-8, ASCII byte by byte, otherwise converted alone as node-rdkafka's
+ * The key: the id in UTF-8, ASCII byte by byte, otherwise converted alone as the binding's
  * produce() converted a key (two ids written together could join into one surrogate pair).
  */
 function writeKey(id: string, p: number): number {

@@ -52,7 +52,7 @@ export interface TransactionalProducer {
   takeAcks(): Uint32Array | undefined;
 }
 
-/** librdkafka's error, as node-rdkafka passes it, with its class. */
+/** librdkafka's error, as the binding passes it, with its class. */
 interface ClassifiedError {
   message?: string;
   code?: number;

@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { ACCOUNTING_HEADER, AccountedLoad, accountingRow } from '../helpers/accounting.js';
 import { eosTopics as topics, exactlyOnceEnv as exactlyOnce, expectExactlyOnce, readBoth, reportBoth as report, type Readings } from '../helpers/exactly-once.js';
 import { cpuTicks, workerPids } from '../helpers/processes.js';
-import Kafka from 'node-rdkafka';
+import Kafka from '@confluentinc/kafka-javascript';
 import { BROKERS, consumeAll, createTopic, uniqueTopic } from '../../support/kafka.js';
 import { journalDir, metric, startService, until, untilJournalEmpty, type Service } from '../helpers/service.js';
 

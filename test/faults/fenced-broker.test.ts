@@ -1,7 +1,7 @@
 // A KRaft broker fenced by its controller still answers, and its metadata answers list no broker (it
 // leaves itself out). librdkafka 2.12 took such an answer to mean that every broker it knew was gone,
 // the bootstrap broker included, and the worker never connected again: points it had answered 202
-// were not delivered (librdkafka #5301; patches/librdkafka-2.12-keep-brokers-on-empty-metadata.patch;
+// were not delivered (librdkafka #5301; patches/librdkafka-keep-brokers-on-empty-metadata.patch;
 // without it, this test lost 10 and 8,980 points in two runs, both workers in the state then called
 // `broker_down`, now `broker_unavailable`). A thawed single broker is fenced for a few ms, so the
 // freeze test met that answer about once in 30-50 runs; `kafka.sh start --fencing` is a broker that

@@ -27,9 +27,10 @@ describe.runIf(enabled)('the image, built without Docker (scripts/image-build.sh
     const app = join(ROOT, 'app');
     expect(readdirSync(app).sort()).toEqual(['dist', 'native', 'node_modules', 'package.json']);
     expect(existsSync(join(app, 'node_modules', 'vitest'))).toBe(false); // dev dependencies pruned
-    // The librdkafka in the tree is the one built from patches/ (its checksum, written by
-    // scripts/patch-node-rdkafka.sh), not one node-rdkafka's install or npm prune built: this throws otherwise.
-    execFileSync('sha256sum', ['--check', '--status', '.librdkafka-patches.sha256'], { cwd: join(app, 'node_modules/node-rdkafka/build/deps') });
+    // The Kafka client in the tree is the one built from patches/ (the checksums of its addon and
+    // librdkafka, written by scripts/build-kafka-client.sh), not one its own install or npm prune
+    // built: this throws otherwise.
+    execFileSync('sha256sum', ['--check', '--status', '.track-ingest-patches.sha256'], { cwd: join(app, 'node_modules/@confluentinc/kafka-javascript/build/Release') });
 
     // The image's journal volume, owned by the service's user as the Dockerfile makes it.
     const journal = join(ROOT, 'var/lib/track-ingest/journal');

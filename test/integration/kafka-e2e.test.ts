@@ -114,7 +114,7 @@ describe('messages in Kafka', () => {
 });
 
 // Topic-level librdkafka properties (partitioner, acks, message.timeout.ms...) given on the global
-// configuration were dropped: node-rdkafka replaces the default topic configuration. Each property
+// configuration were dropped: the binding replaces the default topic configuration. Each property
 // now goes where librdkafka reads it (src/kafka/settings.ts); a partitioner is one whose effect shows.
 describe('a topic-level librdkafka property given through MQ_OPT_*', () => {
   const randomTopic = fileTopic('e2e-random', PARTITIONS);

@@ -1,6 +1,6 @@
-// The node-rdkafka patch (patches/node-rdkafka-3.6.1-produce-batch.patch) on its own, against the real
+// The binding's patch (patches/kafka-javascript-produce-batch.patch) on its own, against the real
 // broker: Producer#produceBatch with the service's producer settings, read back with a consumer.
-import Kafka from 'node-rdkafka';
+import Kafka from '@confluentinc/kafka-javascript';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { producerSettings } from '../../src/kafka/settings.js';
@@ -59,7 +59,7 @@ afterAll(async () => {
   await disconnect(producer);
 });
 
-describe('Producer#produceBatch (patched into node-rdkafka)', () => {
+describe('Producer#produceBatch (patched into the binding)', () => {
   it('writes every message with its own key and value, the time of the call, on the Java partitioner\'s partition', async () => {
     const ids = ['MSCU1234567', '集装箱-7', 'a"quoted\\id', 'конт-9', 'x'];
     const points = Array.from({ length: 50 }, (_, i) => point(ids[i % ids.length]!, i));
@@ -190,7 +190,7 @@ describe('Producer#produceBatch (patched into node-rdkafka)', () => {
   });
 });
 
-// patches/librdkafka-2.12-release-per-queue.patch: with reports for failures only (ACK_MODE=async, the
+// patches/librdkafka-release-per-queue.patch: with reports for failures only (ACK_MODE=async, the
 // default), librdkafka destroys a delivered MessageSet in one go and releases its messages' accounting
 // and topic references once for the whole set. What that must keep: a queue that empties completely
 // once Kafka has everything, as the service's queue accounting (librdkafka's statistics) and flush()
@@ -244,7 +244,7 @@ describe('librdkafka releasing delivered messages a MessageSet at a time (patche
 });
 
 // The write-ahead journal's producer: every record produced with its tag (its journal record), failure
-// reports only, and the acknowledgements counted per tag by librdkafka (patches/librdkafka-2.12-acks-counted-per-tag.patch).
+// reports only, and the acknowledgements counted per tag by librdkafka (patches/librdkafka-acks-counted-per-tag.patch).
 describe('Producer#produceBatch with a tag, and takeAcks()', () => {
   const taggedTopic = fileTopic('produce-batch-tagged', PARTITIONS);
 

@@ -124,12 +124,13 @@ describe('Dockerfile and compose', () => {
     expect(dockerfile).toMatch(/^CMD \["node", "dist\/src\/main\.js"\]$/m);
   });
 
-  it('gives the build stage what npm ci needs to patch node-rdkafka, before npm ci runs', () => {
-    // scripts/patch-node-rdkafka.sh runs as npm's postinstall: patch(1) installed, the script and
-    // patches/ copied before `image-build.sh deps`.
+  it('gives the build stage what the Kafka client\'s patched build needs, before it runs', () => {
+    // `image-build.sh deps` runs scripts/install.sh, which runs scripts/build-kafka-client.sh: patch(1)
+    // and libzstd-dev installed, the scripts and patches/ copied first.
     const build = dockerfile.slice(0, dockerfile.indexOf('RUN scripts/image-build.sh deps'));
     expect(build).toMatch(/apt-get install [^\n]*\bpatch\b/);
-    expect(build).toMatch(/^COPY [^\n]*scripts\/patch-node-rdkafka\.sh/m);
+    expect(build).toMatch(/apt-get install [^\n]*\blibzstd-dev\b/);
+    for (const script of ['install.sh', 'need-packages.sh', 'build-kafka-client.sh']) expect(build).toMatch(new RegExp(`^COPY [^\\n]*scripts/${script.replace('.', '\\.')}`, 'm'));
     expect(build).toMatch(/^COPY patches \.\/patches$/m);
   });
 

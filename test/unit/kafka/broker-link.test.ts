@@ -1,7 +1,7 @@
-// Keeping in touch with the brokers, without one: a real node-rdkafka client pointed at a port where
+// Keeping in touch with the brokers, without one: a real Kafka client pointed at a port where
 // nothing listens (no broker is mocked: there is none). What is connected is the integration tests'.
 import { Writable } from 'node:stream';
-import Kafka from 'node-rdkafka';
+import Kafka from '@confluentinc/kafka-javascript';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { BrokerLink, hasLeaders } from '../../../src/kafka/broker-link.js';

@@ -1,6 +1,6 @@
 // librdkafka's delivery reports: a failure of ACK_MODE=async goes to be produced again (its record's
 // tag and its message), one of ACK_MODE=delivered counts against its request's ticket.
-import Kafka from 'node-rdkafka';
+import Kafka from '@confluentinc/kafka-javascript';
 import { describe, expect, it } from 'vitest';
 import { createLogger } from '../../../src/log.js';
 import { DeliveryReports, MSG_STATUS, newTicket, type DeliveryTicket } from '../../../src/kafka/delivery-reports.js';

@@ -1,4 +1,4 @@
-// The write-ahead path's promises that hold without a broker: a real node-rdkafka client whose
+// The write-ahead path's promises that hold without a broker: a real Kafka client whose
 // brokers do not answer (none is mocked). Until Kafka has answered, nothing is taken, nothing is
 // journaled, and readiness says why; a journal that failed takes nothing and readiness says so;
 // librdkafka settings it does not know stop the worker before it serves.
