@@ -105,6 +105,13 @@ export function createWorkerMetrics(workerId: string) {
     ...brokerMetrics(r),
     ...refusedMetrics(r),
     ...transactionMetrics(r),
+    buildInfo: new Gauge({
+      name: `${METRIC_PREFIX}build_info`,
+      help: 'Always 1; its labels name the Kafka client and the librdkafka the workers run.',
+      labelNames: ['client', 'client_version', 'librdkafka'] as const,
+      aggregator: 'max',
+      registers: [registry],
+    }),
   };
 }
 

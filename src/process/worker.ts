@@ -21,6 +21,7 @@ import { diskFiles } from '../journal/files.js';
 import { Journal, JournalError } from '../journal/journal.js';
 import { journalIdentity } from '../journal/journal-id.js';
 import { claimSlots, JournalInUse, type SlotClaim } from '../journal/slot-lock.js';
+import { kafkaClientBuild } from '../kafka/client-build.js';
 import { PositionsUnavailable, readPositions } from '../kafka/positions.js';
 import { fenceTransactionalId, KafkaProducer } from '../kafka/producer.js';
 import { RefusedProducer } from '../kafka/refused-producer.js';
@@ -87,7 +88,9 @@ export async function runWorker(config: Config): Promise<void> {
       process.exit(EXIT.CONFIG);
     }
   }
-  log.info({ slot, slots: [...claim.slots], journal: journalId ?? undefined, refusedTopic: config.refused?.topic ?? 'off', ackMode: config.ackMode, journalSync: config.journalSync, journalWrites: journal.mappedOn === null ? 'pwritev' : `mapped (${journal.mappedOn})`, malloc: runsOnJemalloc() ? 'jemalloc' : 'system', gc: runsSingleThreadedGc() ? 'single-threaded' : 'parallel' }, 'worker started');
+  const kafkaClient = kafkaClientBuild();
+  metrics.buildInfo.set({ client: kafkaClient.client, client_version: kafkaClient.clientVersion, librdkafka: kafkaClient.librdkafka }, 1);
+  log.info({ slot, slots: [...claim.slots], kafkaClient: `${kafkaClient.client} ${kafkaClient.clientVersion}`, librdkafka: kafkaClient.librdkafka, journal: journalId ?? undefined, refusedTopic: config.refused?.topic ?? 'off', ackMode: config.ackMode, journalSync: config.journalSync, journalWrites: journal.mappedOn === null ? 'pwritev' : `mapped (${journal.mappedOn})`, malloc: runsOnJemalloc() ? 'jemalloc' : 'system', gc: runsSingleThreadedGc() ? 'single-threaded' : 'parallel' }, 'worker started');
   if (journal.recovering) log.warn({ dir: config.journalDir, slot, bytes: journal.bytes }, 'the journal holds points an earlier process did not see acknowledged; producing them again once Kafka takes points');
 
   let producer: KafkaProducer;

@@ -1,6 +1,8 @@
 // Start-up: a bad configuration stops the service with exit 2 and a message naming the variable.
 import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
+import Kafka from '@confluentinc/kafka-javascript';
 import { describe, expect, it } from 'vitest';
 import { freePort } from '../../support/ports.js';
 import { postTrack, point, startService } from '../helpers/service.js';
@@ -82,6 +84,23 @@ describe('start-up', () => {
       expect(status).toBe(200);
     } finally {
       await svc.stop();
+    }
+  });
+
+  it('names its Kafka client and librdkafka (2.15.1 or newer, with zstd and lz4) in each worker\'s start line and in /metrics', async () => {
+    const { version } = createRequire(import.meta.url)('@confluentinc/kafka-javascript/package.json') as { version: string };
+    const [major = 0, minor = 0, patch = 0] = Kafka.librdkafkaVersion.split('.').map(Number);
+    expect(major * 1e6 + minor * 1e3 + patch, `librdkafka ${Kafka.librdkafkaVersion}`).toBeGreaterThanOrEqual(2_015_001);
+    expect(Kafka.features).toEqual(expect.arrayContaining(['zstd', 'lz4']));
+    const svc = await startService({});
+    try {
+      const started = svc.output.join('\n').split('\n').filter((line) => line.includes('"worker started"'));
+      expect(started.length, 'workers that logged their start').toBeGreaterThan(0);
+      for (const line of started) expect(line).toContain(`"kafkaClient":"@confluentinc/kafka-javascript ${version}","librdkafka":"${Kafka.librdkafkaVersion}"`);
+      const metrics = await fetch(`${svc.url}/metrics`).then((r) => r.text());
+      expect(metrics).toContain(`ingest_build_info{client="@confluentinc/kafka-javascript",client_version="${version}",librdkafka="${Kafka.librdkafkaVersion}"} 1`);
+    } finally {
+      expect(await svc.stop()).toBe(0);
     }
   });
 
