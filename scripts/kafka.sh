@@ -15,6 +15,8 @@
 #   scripts/kafka.sh topic-placed NAME ASSIGNMENT --cluster  create with its replicas on given nodes
 #                                     (Kafka's --replica-assignment: 2:3,3:2 = two partitions on nodes 2 and 3)
 #   scripts/kafka.sh consume [TOPIC] [--cluster]             print key, partition, value from the start
+#                                     with Kafka's own console consumer (KAFKA_BOOTSTRAP: another broker;
+#                                     KAFKA_CONSUME_MAX: stop after that many messages)
 #   scripts/kafka.sh topic-config NAME KEY=VALUE [--cluster]  change a topic setting (fault tests)
 #   scripts/kafka.sh kill-node N | stop-node N | start-node N  cluster fault injection (kill -9 / stop / restart)
 #   scripts/kafka.sh freeze-node N | thaw-node N   SIGSTOP / SIGCONT a broker (N = 1-3, or single): it keeps
@@ -375,9 +377,11 @@ case $cmd in
     fetch; write_log4j
     # Reads from the beginning and stops after KAFKA_CONSUME_TIMEOUT_MS without a new message; the
     # console consumer reports that stop as an "ERROR ... TimeoutException", which is filtered out.
+    max=()
+    [[ -z ${KAFKA_CONSUME_MAX:-} ]] || max=(--max-messages "$KAFKA_CONSUME_MAX")
     java "${TOOL_JVM[@]}" -cp "$LIB/*" -Dlog4j2.configurationFile="$RUN/tools-log4j2.properties" \
-      org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$(bootstrap)" \
-      --topic "${args[0]:-$TOPIC_DEFAULT}" --from-beginning --timeout-ms "${KAFKA_CONSUME_TIMEOUT_MS:-5000}" \
+      org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "${KAFKA_BOOTSTRAP:-$(bootstrap)}" \
+      --topic "${args[0]:-$TOPIC_DEFAULT}" --from-beginning --timeout-ms "${KAFKA_CONSUME_TIMEOUT_MS:-5000}" "${max[@]}" \
       --property print.key=true --property print.partition=true --property print.timestamp=true \
       2> >(grep -v -e 'TimeoutException' -e 'Error processing message, terminating consumer' >&2) ;;
   topic-config)

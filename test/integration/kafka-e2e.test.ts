@@ -1,7 +1,10 @@
 // From HTTP to the topic and back: what a consumer of container.telemetry sees.
+import { execFile } from 'node:child_process';
 import { Agent, request } from 'node:http';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { consumeAll, type ConsumedMessage } from '../../support/kafka.js';
+import { BROKERS, consumeAll, type ConsumedMessage } from '../../support/kafka.js';
 import { javaPartition } from '../helpers/murmur2.js';
 import { point, postTrack, startService, type Service } from '../helpers/service.js';
 import { fileTopic } from '../helpers/topic.js';
@@ -131,5 +134,31 @@ describe('a topic-level librdkafka property given through MQ_OPT_*', () => {
     // murmur2_random (the default) puts one key on one partition; random, 30 times over 6, on several
     // (all on one: a chance of 6 in 6^30).
     expect(new Set(spread.map((m) => m.partition)).size).toBeGreaterThan(1);
+  });
+});
+
+// librdkafka compresses with what it was built with: zstd needs libzstd at build time (scripts/install.sh).
+// Read back by Kafka's own console consumer (Java), a reader that no one here wrote.
+describe('MQ_OPT_COMPRESSION_TYPE', () => {
+  const compressedTopic = fileTopic('e2e-compressed', PARTITIONS);
+
+  it('zstd and lz4: Kafka\'s console consumer reads back every point, key and value', async () => {
+    const sent: string[] = [];
+    for (const codec of ['zstd', 'lz4']) {
+      const svc = await startService({ MQ_TOPIC: compressedTopic, MQ_OPT_COMPRESSION_TYPE: codec });
+      try {
+        const points = Array.from({ length: 20 }, (_, i) => point(`${codec}-${i % 4}`, { speed: i }));
+        expect((await postTrack(svc.url, points)).status).toBe(202);
+        sent.push(...points.map((p) => `${p.container_id}\t${normalized(p)}`));
+      } finally {
+        expect(await svc.stop()).toBe(0);
+      }
+    }
+    const { stdout } = await promisify(execFile)(fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url)), ['consume', compressedTopic], {
+      env: { ...process.env, KAFKA_BOOTSTRAP: BROKERS, KAFKA_CONSUME_MAX: String(sent.length), KAFKA_CONSUME_TIMEOUT_MS: '20000' },
+    });
+    // Each line: CreateTime:<ms>, Partition:<n>, key, value (tab-separated).
+    const read = stdout.trim().split('\n').map((line) => line.split('\t').slice(2).join('\t'));
+    expect(read.sort()).toEqual(sent.sort());
   });
 });
