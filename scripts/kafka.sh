@@ -53,19 +53,22 @@ TLS_PASSWORD=${KAFKA_TLS_PASSWORD:-ingest-tls}
 say() { printf 'kafka.sh: %s\n' "$*"; }
 die() { printf 'kafka.sh: %s\n' "$*" >&2; exit 1; }
 
+# The Kafka version is scripts/kafka/pom.xml's; jars of another version in the cache are replaced.
+KAFKA_VERSION=$(sed -n 's|.*<kafka.version>\(.*\)</kafka.version>.*|\1|p' "$ROOT/scripts/kafka/pom.xml")
 fetch() {
-  if compgen -G "$LIB/kafka_2.13-*.jar" >/dev/null && compgen -G "$LIB/kafka-tools-*.jar" >/dev/null \
+  if [[ -f $LIB/kafka_2.13-$KAFKA_VERSION.jar && -f $LIB/kafka-tools-$KAFKA_VERSION.jar ]] \
      && compgen -G "$LIB/log4j-core-*.jar" >/dev/null; then
     return 0
   fi
+  rm -rf "$LIB"
   command -v mvn >/dev/null || die "mvn not found: install Maven (apt-get install maven)"
   command -v java >/dev/null || die "java not found: install a JDK 17+ (apt-get install openjdk-17-jre-headless)"
-  say "downloading Kafka jars from Maven Central into $LIB"
+  say "downloading Kafka $KAFKA_VERSION's jars from Maven Central into $LIB"
   mkdir -p "$LIB"
   mvn -B -q -f "$ROOT/scripts/kafka/pom.xml" \
     org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
     -DincludeScope=runtime -DoutputDirectory="$LIB"
-  compgen -G "$LIB/kafka_2.13-*.jar" >/dev/null || die "Maven did not bring kafka_2.13 into $LIB"
+  [[ -f $LIB/kafka_2.13-$KAFKA_VERSION.jar ]] || die "Maven did not bring kafka_2.13 $KAFKA_VERSION into $LIB"
   say "jars ready ($(ls "$LIB" | wc -l) files)"
 }
 

@@ -24,9 +24,10 @@ root=${TEST_ROOT:-$PWD/.cache/debian13-node24}
 TEST_PACKAGES=(make procps openssl openjdk-21-jre-headless nginx libnginx-mod-http-lua lua-nginx-redis redis-server haproxy apache2-utils wrk)
 export ROOT_EXTRA_PACKAGES="${TEST_PACKAGES[*]}"
 scripts/image-build.sh root "$root"
-# The broker's jars, from this checkout's cache (the root has no Maven).
-if [[ ! -d $root/src/.cache/kafka/lib ]]; then
-  scripts/kafka.sh fetch
+# The broker's jars, from this checkout's cache (the root has no Maven), again when their version changed.
+scripts/kafka.sh fetch
+if ! diff -q <(ls .cache/kafka/lib) <(ls "$root/src/.cache/kafka/lib" 2>/dev/null) >/dev/null; then
+  rm -rf "$root/src/.cache/kafka/lib"
   mkdir -p "$root/src/.cache/kafka"
   cp -a .cache/kafka/lib "$root/src/.cache/kafka/"
 fi
