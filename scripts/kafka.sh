@@ -385,7 +385,7 @@ case $cmd in
     java "${TOOL_JVM[@]}" -cp "$LIB/*" -Dlog4j2.configurationFile="$RUN/tools-log4j2.properties" \
       org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "${KAFKA_BOOTSTRAP:-$(bootstrap)}" \
       --topic "${args[0]:-$TOPIC_DEFAULT}" --from-beginning --timeout-ms "${KAFKA_CONSUME_TIMEOUT_MS:-5000}" "${max[@]}" \
-      --property print.key=true --property print.partition=true --property print.timestamp=true \
+      --formatter-property print.key=true --formatter-property print.partition=true --formatter-property print.timestamp=true \
       2> >(grep -v -e 'TimeoutException' -e 'Error processing message, terminating consumer' >&2) ;;
   topic-config)
     fetch; write_log4j

@@ -158,7 +158,7 @@ describe('MQ_OPT_COMPRESSION_TYPE', () => {
       env: { ...process.env, KAFKA_BOOTSTRAP: BROKERS, KAFKA_CONSUME_MAX: String(sent.length), KAFKA_CONSUME_TIMEOUT_MS: '20000' },
     });
     // Each line: CreateTime:<ms>, Partition:<n>, key, value (tab-separated).
-    const read = stdout.trim().split('\n').map((line) => line.split('\t').slice(2).join('\t'));
+    const read = stdout.split('\n').filter((line) => line.startsWith('CreateTime:')).map((line) => line.split('\t').slice(2).join('\t'));
     expect(read.sort()).toEqual(sent.sort());
   });
 });
