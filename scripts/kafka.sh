@@ -389,7 +389,7 @@ case $cmd in
       2> >(grep -v -e 'TimeoutException' -e 'Error processing message, terminating consumer' >&2) ;;
   topic-config)
     fetch; write_log4j
-    tool kafka.admin.ConfigCommand --bootstrap-server "$(bootstrap)" --entity-type topics \
+    tool org.apache.kafka.tools.ConfigCommand --bootstrap-server "$(bootstrap)" --entity-type topics \
       --entity-name "${args[0]:?topic name}" --alter --add-config "${args[1]:?KEY=VALUE}" ;;
   controller)
     # The node id of the active KRaft controller (the quorum's leader), as the cluster reports it.
