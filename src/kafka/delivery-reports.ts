@@ -141,7 +141,7 @@ export class DeliveryReports {
       if (ticket !== undefined) {
         // The client hears 500: not produced again, or a resend would make it arrive twice.
         // the binding's delivery errors carry librdkafka's message but not always its code.
-        if (ticket.failed++ === 0) ticket.firstError = err.message;
+        if (ticket.failed++ === 0) ticket.firstError = answeredReason(err.message);
         if (report.status !== MSG_STATUS.NOT_PERSISTED) ticket.uncertain++;
         this.failures.report({ code, message: err.message, partition: report.partition, status: report.status, answered: 500 });
       } else if (report.tag !== undefined && report.value != null && report.key != null) {
@@ -162,6 +162,15 @@ export class DeliveryReports {
   flushLog(): void {
     this.failures.flush();
   }
+}
+
+/**
+ * The reason a 500 names, as clients have always read it: a broker's refusal by its description alone,
+ * lowercased ("message size too large"), as node-rdkafka passed it; this client passes librdkafka's
+ * own text ("Broker: Message size too large"). Local errors keep theirs ("Local: Message timed out").
+ */
+function answeredReason(message: string): string {
+  return message.startsWith('Broker: ') ? message.slice('Broker: '.length).toLowerCase() : message;
 }
 
 const CODE_NAMES = new Map<number, string>(Object.entries(Kafka.CODES.ERRORS).map(([name, code]) => [code, name]));
