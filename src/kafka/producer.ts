@@ -6,9 +6,9 @@
 // What it offers the write-ahead path:
 //   - produce(batch, tag, timestamp): one native call for a whole request (produceBatch, added to
 //     the binding by patches/), every message stamped with the time of acceptance and tagged with its
-//     journal record's id; the binding's delivery callback counts the acknowledgements per tag in
-//     C++ (patches/kafka-javascript-produce-batch.patch), read every poll (takeAcks), so Kafka's
-//     answers cost no JavaScript report per message; failures are reported, with the message (onFailed);
+//     journal record's id; librdkafka counts the acknowledgements per tag
+//     (patches/librdkafka-acks-counted-per-tag.patch), read every poll (takeAcks), so Kafka's
+//     answers cost no report per message; failures are reported, with the message (onFailed);
 //   - produceWithTicket(batch, ticket): ACK_MODE=delivered, a report per message back to its request's
 //     ticket (delivery-reports.ts);
 //   - refusal: why Kafka takes nothing now (not yet connected, a fatal error, the topic unknown, no

@@ -74,9 +74,9 @@ function serviceProperties(config: Config, clientId: string): Properties {
     // Java client's default, 1 s, costs one connection attempt per broker a second during an outage.
     'reconnect.backoff.max.ms': 1_000,
     ...(config.ackMode === 'async'
-      ? // A report per message, with the message (to produce a failed one again): the binding counts
-        // the acknowledged ones per journal record in C++ and passes only failures on (producer.ts).
-        { dr_msg_cb: true, 'delivery.report.only.error': false }
+      ? // Reports only for failed messages, with the message to produce again; librdkafka counts
+        // the acknowledgements per journal record (producer.ts says why).
+        { dr_msg_cb: true, 'delivery.report.only.error': true }
       : // A report per message; a request waits for Kafka at most DELIVERY_TIMEOUT_MS (topic-level).
         { dr_cb: true, 'delivery.report.only.error': false, 'message.timeout.ms': config.deliveryTimeoutMs }),
   };

@@ -190,29 +190,32 @@ describe('Producer#produceBatch (patched into the binding)', () => {
   });
 });
 
-// With the settings of ACK_MODE=async (the default): a queue that empties completely once Kafka has
-// everything, as the service's queue accounting (librdkafka's statistics) and flush() at shutdown see
-// it, and a client that can be closed and opened again.
+// patches/librdkafka-release-per-queue.patch: with reports for failures only (ACK_MODE=async, the
+// default), librdkafka destroys a delivered MessageSet in one go and releases its messages' accounting
+// and topic references once for the whole set. What that must keep: a queue that empties completely
+// once Kafka has everything, as the service's queue accounting (librdkafka's statistics) and flush()
+// at shutdown see it, and a client that can be closed and opened again.
 const asyncTopic = fileTopic('produce-batch-async', PARTITIONS);
 
-describe('librdkafka releasing delivered messages (ACK_MODE=async settings)', () => {
+describe('librdkafka releasing delivered messages a MessageSet at a time (patched)', () => {
   it('counts nothing queued once every message is delivered, flushes, and closes cleanly', async () => {
     const config = loadConfig({ MQ_BROKERS: BROKERS, MQ_TOPIC: asyncTopic });
     const settings = producerSettings(config, 'produce-batch-async-test');
-    const asyncProducer = new Kafka.Producer(settings.global, settings.topic);
+    expect(settings.global['delivery.report.only.error']).toBe(true);
+    const failuresOnly = new Kafka.Producer(settings.global, settings.topic);
     const queued: { msgCnt: number; msgSize: number }[] = [];
-    asyncProducer.on('event.stats', (event: { message: string }) => {
+    failuresOnly.on('event.stats', (event: { message: string }) => {
       const stats = JSON.parse(event.message) as { msg_cnt: number; msg_size: number };
       queued.push({ msgCnt: stats.msg_cnt, msgSize: stats.msg_size });
     });
-    asyncProducer.setPollInterval(10);
-    await connectProducer(asyncProducer);
+    failuresOnly.setPollInterval(10);
+    await connectProducer(failuresOnly);
     try {
       const batch = encodePoints(Array.from({ length: 100 }, (_, i) => point(`c-${i % 37}`, i)));
       const requests = 30;
-      for (let r = 0; r < requests; r++) expect(asyncProducer.produceBatch(asyncTopic, batch.data, batch.messages)).toBe(100);
+      for (let r = 0; r < requests; r++) expect(failuresOnly.produceBatch(asyncTopic, batch.data, batch.messages)).toBe(100);
       // flush() returns only once librdkafka's count of queued messages is back to zero.
-      await flush(asyncProducer);
+      await flush(failuresOnly);
       // A statistics event librdkafka took before the flush may still reach JavaScript after it (seen
       // beside the other lane of make test: 60 messages): the count must come to nothing, not stay.
       await until(() => queued.at(-1)?.msgCnt === 0 && queued.at(-1)?.msgSize === 0, 'statistics counting nothing queued after the flush');
@@ -220,28 +223,28 @@ describe('librdkafka releasing delivered messages (ACK_MODE=async settings)', ()
       const got = await consumeAll(asyncTopic, { expected: requests * 100, partitions: PARTITIONS });
       expect(got).toHaveLength(requests * 100);
       // The client still holds its topic: more messages after the first delivery go through.
-      expect(asyncProducer.produceBatch(asyncTopic, batch.data, batch.messages)).toBe(100);
-      await flush(asyncProducer);
+      expect(failuresOnly.produceBatch(asyncTopic, batch.data, batch.messages)).toBe(100);
+      await flush(failuresOnly);
       await until(() => queued.at(-1)?.msgCnt === 0, 'statistics counting nothing queued');
     } finally {
-      await disconnect(asyncProducer);
+      await disconnect(failuresOnly);
     }
     // Opened again after the close, the client takes the topic afresh.
-    await connectProducer(asyncProducer);
+    await connectProducer(failuresOnly);
     try {
       const again = encodePoints([point('after-close', 1)]);
-      expect(asyncProducer.produceBatch(asyncTopic, again.data, again.messages)).toBe(1);
-      await flush(asyncProducer);
+      expect(failuresOnly.produceBatch(asyncTopic, again.data, again.messages)).toBe(1);
+      await flush(failuresOnly);
     } finally {
-      await disconnect(asyncProducer);
+      await disconnect(failuresOnly);
     }
     const all = await consumeAll(asyncTopic, { expected: 3101, partitions: PARTITIONS });
     expect(all).toHaveLength(3101);
   });
 });
 
-// The write-ahead journal's producer: every record produced with its tag (its journal record), the
-// acknowledgements counted per tag in the binding's delivery callback, reports for failures only.
+// The write-ahead journal's producer: every record produced with its tag (its journal record), failure
+// reports only, and the acknowledgements counted per tag by librdkafka (patches/librdkafka-acks-counted-per-tag.patch).
 describe('Producer#produceBatch with a tag, and takeAcks()', () => {
   const taggedTopic = fileTopic('produce-batch-tagged', PARTITIONS);
 
