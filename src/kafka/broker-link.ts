@@ -22,7 +22,7 @@ export interface BrokerLinkOptions {
 }
 
 export class BrokerLink {
-  /** the binding's connection: produceBatch() may be called. */
+  /** The binding's connection: produceBatch() may be called. */
   connected = false;
   private stopped = false;
   private readonly connectFailures: Throttled;
@@ -62,7 +62,7 @@ export class BrokerLink {
   connect(): void {
     if (this.stopped) return;
     // librdkafka serves its error callbacks (e.g. "SASL authentication error") only from poll(), and
-    // the binding's poll interval starts after a successful connect: poll meanwhile, or the reason a
+    // The binding's poll interval starts after a successful connect: poll meanwhile, or the reason a
     // connection fails would never reach the log.
     const earlyPoll = setInterval(() => {
       if (this.producer.isConnected()) this.producer.poll();
@@ -93,7 +93,7 @@ export class BrokerLink {
    * of two workers answered 500 for minutes while the other served). A request that gets no answer
    * leaves one waiting on its broker, so a worker that produces nothing still notices a silent broker
    * (broker-silence.ts); librdkafka picks the broker of each request, so in a cluster the others keep
-   * answering. the binding's getMetadata holds a libuv threadpool thread while it waits: one at a
+   * answering. The binding's getMetadata holds a libuv threadpool thread while it waits: one at a
    * time, 1 s at most.
    */
   private startMetadataPoll(): void {

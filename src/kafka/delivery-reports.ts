@@ -140,7 +140,7 @@ export class DeliveryReports {
       this.metrics.deliveryErrors.labels(code).inc();
       if (ticket !== undefined) {
         // The client hears 500: not produced again, or a resend would make it arrive twice.
-        // the binding's delivery errors carry librdkafka's message but not always its code.
+        // The binding's delivery errors carry librdkafka's message but not always its code.
         if (ticket.failed++ === 0) ticket.firstError = answeredReason(err.message);
         if (report.status !== MSG_STATUS.NOT_PERSISTED) ticket.uncertain++;
         this.failures.report({ code, message: err.message, partition: report.partition, status: report.status, answered: 500 });

@@ -147,7 +147,7 @@ async function readRanges(
   return found;
 }
 
-/** the binding's callback form as a promise, its errors kept. */
+/** The binding's callback form as a promise, its errors kept. */
 function call<T>(f: (cb: (err: Kafka.LibrdKafkaError | null | undefined, value: T) => void) => void): Promise<T> {
   return new Promise((resolve, reject) => f((err, value) => (err ? reject(err) : resolve(value))));
 }

@@ -1,7 +1,8 @@
 // One producer per worker process (@confluentinc/kafka-javascript, node-rdkafka's API), created by the
 // worker itself: each worker is its own librdkafka client (cluster.fork() starts a new process).
-// librdkafka does the batching: linger.ms=10, batch.num.messages=100. This module talks to Kafka and nothing else; what a request's points go
-// through before and after is the write-ahead path's (write-ahead/write-ahead.ts).
+// librdkafka does the batching: linger.ms=10, batch.num.messages=100. This module talks to Kafka and
+// nothing else; what a request's points go through before and after is the write-ahead path's
+// (write-ahead/write-ahead.ts).
 //
 // What it offers the write-ahead path:
 //   - produce(batch, tag, timestamp): one native call for a whole request (produceBatch, added to
@@ -96,7 +97,7 @@ export class KafkaProducer {
     }
     this.link = new BrokerLink(this.producer, this.state, { brokers: config.brokers, topic: config.topic, log, changed: () => this.updateRefusal() });
     this.brokerErrors = new Throttled(log, 'warn', 'kafka client error');
-    // the binding's error events carry only the code's name ("ssl error"); librdkafka says why in its
+    // The binding's error events carry only the code's name ("ssl error"); librdkafka says why in its
     // log ("SSL handshake failed: ... certificate verify failed"), passed on here at its level.
     this.clientErrors = new Throttled(log, 'error', 'librdkafka');
     this.clientWarnings = new Throttled(log, 'warn', 'librdkafka');

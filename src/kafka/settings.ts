@@ -110,7 +110,7 @@ const UNKNOWN_PROPERTY = /^No such configuration property/;
 
 /**
  * Where librdkafka reads a property, asked of librdkafka itself: a topic configuration that takes it
- * makes it topic-level. the binding builds its configurations in the Producer's constructor and
+ * makes it topic-level. The binding builds its configurations in the Producer's constructor and
  * starts no client until connect(), so these are configuration objects only.
  */
 function scopeOf(name: string, value: string | number | boolean, variable: string): 'global' | 'topic' {
