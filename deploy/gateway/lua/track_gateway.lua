@@ -673,6 +673,7 @@ end
 -- error_page targets: /_gateway/<status>, or /_gateway/keyed/<status> for a request with an Idempotency-Key.
 local REFUSALS = {
   ["400"] = { "bad_request", "the request is not valid HTTP/1.x (malformed request line or headers, duplicate Content-Length, Content-Length with Transfer-Encoding)" },
+  ["404"] = { "not_found", "no such path; POST /track takes track points" },
   ["408"] = { "request_timeout", "the request was not received in time" },
   ["413"] = { "payload_too_large", function() return "body is larger than " .. max_body_bytes .. " bytes (MAX_BODY_BYTES)" end },
   ["431"] = { "request_header_too_large", "request header fields are too large (at most 4 lines of 8 KiB)" },
@@ -691,7 +692,8 @@ function M.refusal()
 end
 
 function M.not_found()
-  return json_refusal(404, "not_found", "no such path; POST /track takes track points")
+  local refusal = REFUSALS["404"]
+  return json_refusal(404, refusal[1], refusal[2])
 end
 
 return M
