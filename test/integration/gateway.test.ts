@@ -201,7 +201,8 @@ describe('the service behind the reference gateway', () => {
   it('answers a client asking for its internal paths 404 JSON, with an Idempotency-Key or without, and the service never sees it', async () => {
     const before = await serviceRequests();
     for (const path of ['/_track_keyed', '/_gateway/502', '/_gateway/keyed/413']) {
-      for (const headers of [{}, { 'Idempotency-Key': `"internal-${path}"` }]) {
+      const variants: Record<string, string>[] = [{}, { 'Idempotency-Key': `"internal-${path}"` }];
+      for (const headers of variants) {
         const r = await send(gwA.url, { path, body: '[]', headers });
         expect([path, headers, r.status, r.body]).toEqual([path, headers, 404, { error: 'not_found', message: 'no such path; POST /track takes track points' }]);
       }
