@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help install build run gateway test test-fast test-faults test-image test-node24 test-node22-smoke test-unit fuzz broker broker-stop cluster cluster-stop consume refused openapi bench bench-floor bench-cpu bench-node24 bench-journal bench-refused bench-exactly-once bench-gateway bench-transactions-floor bench-replay clean
+.PHONY: help install build run drain gateway test test-fast test-faults test-image test-node24 test-node22-smoke test-unit fuzz broker broker-stop cluster cluster-stop consume refused openapi bench bench-floor bench-cpu bench-node24 bench-journal bench-refused bench-exactly-once bench-gateway bench-transactions-floor bench-replay clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -15,6 +15,10 @@ build: install ## compile TypeScript to dist/
 
 run: build ## start a local Kafka unless MQ_BROKERS is set, then run the service in the foreground
 	@scripts/run.sh
+
+drain: build ## produce every record JOURNAL_DIR=dir holds to MQ_TOPIC (MQ_BROKERS), then exit: 0 once nothing is left (docs/operations.md)
+	@test -n "$(JOURNAL_DIR)" || { echo "make drain: name the journal directory: make drain JOURNAL_DIR=dir" >&2; exit 2; }
+	@JOURNAL_DIR='$(JOURNAL_DIR)' node dist/src/main.js drain
 
 gateway: ## the reference gateway (nginx + Redis rate limits) on GATEWAY_ADDR (127.0.0.1:8000) in front of UPSTREAM_ADDR (127.0.0.1:8080)
 	@scripts/gateway.sh

@@ -21,6 +21,7 @@ export const DEFAULTS = {
   QUEUE_FULL_WAIT_MAX_BYTES: '16777216',
   BROKER_DOWN_GRACE_MS: '5000',
   SHUTDOWN_TIMEOUT_MS: '20000',
+  DRAIN_TIMEOUT_MS: '60000',
   STANDBY_WORKER: '1',
   ACK_MODE: 'async',
   DELIVERY_TIMEOUT_MS: '10000',
@@ -87,6 +88,8 @@ export interface Config {
   queueFullWaitMaxBytes: number;
   brokerDownGraceMs: number;
   shutdownTimeoutMs: number;
+  /** `drain`: how long it goes on while Kafka acknowledges nothing (unreachable) before it gives up, the files kept. */
+  drainTimeoutMs: number;
   /** Keep one booted, idle worker that takes over the slot of a worker that dies. */
   standbyWorker: boolean;
   /** async: 202 once enqueued (the contract: the answer does not wait for Kafka); delivered: 202 once Kafka acknowledged every point. */
@@ -209,6 +212,7 @@ const EnvSchema = z.object({
   QUEUE_FULL_WAIT_MAX_BYTES: wholeNumber(0, 2 ** 40),
   BROKER_DOWN_GRACE_MS: wholeNumber(0, 3_600_000),
   SHUTDOWN_TIMEOUT_MS: wholeNumber(100, 3_600_000),
+  DRAIN_TIMEOUT_MS: wholeNumber(1_000, 86_400_000),
   STANDBY_WORKER: z.enum(['0', '1'], { error: 'must be 0 or 1' }).transform((v) => v === '1'),
   ACK_MODE: z.enum(['async', 'delivered']),
   DELIVERY_TIMEOUT_MS: wholeNumber(1_000, 3_600_000),
@@ -265,6 +269,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     queueFullWaitMaxBytes: e.QUEUE_FULL_WAIT_MAX_BYTES,
     brokerDownGraceMs: e.BROKER_DOWN_GRACE_MS,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
+    drainTimeoutMs: e.DRAIN_TIMEOUT_MS,
     standbyWorker: e.STANDBY_WORKER,
     ackMode: e.ACK_MODE,
     deliveryTimeoutMs: e.DELIVERY_TIMEOUT_MS,

@@ -1,11 +1,13 @@
 // Structured JSON logs (pino). Nothing is logged per request at info level; errors that repeat
 // (a broker that is down, deliveries that fail) go through `Throttled`, once per interval with a count.
-import { pino, type Logger } from 'pino';
+import { destination, pino, type Logger } from 'pino';
 
 export type { Logger };
 
-export function createLogger(level: string, bindings: Record<string, unknown>): Logger {
-  return pino({ level, base: { pid: process.pid, ...bindings } });
+/** To standard output, or (`drain`, whose standard output is its summary) to standard error. */
+export function createLogger(level: string, bindings: Record<string, unknown>, to: 'stdout' | 'stderr' = 'stdout'): Logger {
+  const options = { level, base: { pid: process.pid, ...bindings } };
+  return to === 'stdout' ? pino(options) : pino(options, destination({ dest: 2, sync: true }));
 }
 
 /** Logs the first occurrence at once, then at most once per interval with how many were folded in. */

@@ -1,4 +1,5 @@
-// Entry point: read the configuration once, then become the primary or a worker.
+// Entry point: read the configuration once, then become the primary or a worker, or with `drain`
+// produce what JOURNAL_DIR holds and exit (process/drain.ts).
 // The primary validates the configuration before it forks, librdkafka's properties included (each
 // asked of librdkafka, kafka/settings.ts), so a bad value stops start-up with one message naming the
 // variable (exit 2) rather than a crash loop of workers. It also picks the uWebSockets.js build the
@@ -9,6 +10,7 @@ import { ConfigError, loadConfig, type Config } from './config.js';
 import { EXIT } from './process/exit-codes.js';
 import { currentRuntime, UwsUnavailable, uwsBuild } from './http/uws.js';
 import { producerSettings, refusedProducerSettings } from './kafka/settings.js';
+import { runDrain } from './process/drain.js';
 import { runPrimary } from './process/supervisor.js';
 import { runWorker } from './process/worker.js';
 
@@ -25,7 +27,13 @@ try {
   process.exit(EXIT.CONFIG);
 }
 
-if (cluster.isPrimary) {
+const command = cluster.isPrimary ? process.argv[2] : undefined;
+if (command !== undefined && command !== 'drain') {
+  process.stderr.write(`unknown command ${command}: run with none to serve, or \`drain\` to produce what JOURNAL_DIR holds and exit\n`);
+  process.exit(EXIT.CONFIG);
+}
+if (command === 'drain') await runDrain(config);
+else if (cluster.isPrimary) {
   let uws: string;
   try {
     uws = uwsBuild().version;

@@ -13,18 +13,45 @@ import type { JournalFiles } from './files.js';
 import { JournalError } from './journal-error.js';
 
 const ID_FILE = 'journal.id';
+const INSTANCE_FILE = 'journal.instance';
 const ID_RE = /^[0-9a-f-]{36}$/;
 
 /** The directory's identity, created (durably: written, synced, renamed into place, directory synced) if it has none. */
 export function journalIdentity(files: JournalFiles, dir: string): string {
-  const path = join(dir, ID_FILE);
-  try {
-    const existing = files.readFile(path).toString('utf8').trim();
-    if (ID_RE.test(existing)) return existing;
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw new JournalError(`cannot read ${path}: ${(err as Error).message}`, { cause: err });
-  }
+  const existing = readLine(files, join(dir, ID_FILE));
+  if (existing !== null && ID_RE.test(existing)) return existing;
   const id = randomUUID();
+  writeLine(files, dir, ID_FILE, id);
+  return id;
+}
+
+/**
+ * The instance whose slots' transactional ids (and committed positions) the directory's records are
+ * counted under: recorded at each start, so that `drain`, run elsewhere under another name (a Job's
+ * pod), produces them under the same ids and nothing committed is produced twice.
+ */
+export function recordInstance(files: JournalFiles, dir: string, instance: string): void {
+  if (readLine(files, join(dir, INSTANCE_FILE)) !== instance) writeLine(files, dir, INSTANCE_FILE, instance);
+}
+
+/** The instance recorded by the last start (recordInstance), or null when none was. */
+export function recordedInstance(files: JournalFiles, dir: string): string | null {
+  return readLine(files, join(dir, INSTANCE_FILE));
+}
+
+function readLine(files: JournalFiles, path: string): string | null {
+  try {
+    const line = files.readFile(path).toString('utf8').trim();
+    return line === '' ? null : line;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw new JournalError(`cannot read ${path}: ${(err as Error).message}`, { cause: err });
+  }
+}
+
+/** One line, durably: written, synced, renamed into place, directory synced. */
+function writeLine(files: JournalFiles, dir: string, name: string, line: string): void {
+  const path = join(dir, name);
   const tmp = `${path}.${process.pid}.tmp`;
   try {
     try {
@@ -34,7 +61,7 @@ export function journalIdentity(files: JournalFiles, dir: string): string {
     }
     const fd = files.create(tmp);
     try {
-      files.append(fd, Buffer.from(`${id}\n`));
+      files.append(fd, Buffer.from(`${line}\n`));
       files.datasyncSync(fd);
     } finally {
       files.close(fd);
@@ -44,5 +71,4 @@ export function journalIdentity(files: JournalFiles, dir: string): string {
   } catch (err) {
     throw new JournalError(`cannot write ${path}: ${(err as Error).message}`, { cause: err });
   }
-  return id;
 }

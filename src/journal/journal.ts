@@ -123,6 +123,9 @@ export class Journal {
   private recoveredQueue: { segment: Segment; index: number; record: JournalRecord }[] = [];
   /** Records left by an earlier process not yet handed out (an estimate until each file is read). */
   private recoveredLeft = 0;
+  /** Their points (an estimate too), and what each segment still to read was counted to hold. */
+  private recoveredPointsLeft = 0;
+  private readonly countedPoints = new Map<Segment, number>();
   /** The last append was refused for room: cleared once the disk has room again (writable()). */
   noRoom: JournalError | null = null;
   private refusedBytes = 0;
@@ -131,6 +134,8 @@ export class Journal {
   failure: JournalError | null = null;
   /** Records found damaged when read back, for the metrics. */
   damagedRecords = 0;
+  /** Points of the records done (every point acknowledged, or committed) since the journal opened. */
+  donePoints = 0;
   /** The head (header and offsets) of the record being written: scratch, grown as records need. */
   private head: Buffer = Buffer.alloc(4096);
   /** JOURNAL_SYNC=disk: the fdatasyncs the 202s wait for (group-commit.ts); null in process mode. */
@@ -169,13 +174,16 @@ export class Journal {
     for (const f of found.segments) {
       // Counted now (headers only), read when their turn comes: the metrics say what waits from the start.
       // A mapped segment's file is longer than its records: the records' bytes are what the limit counts.
-      const { records, bytes } = countRecords(files, f.path, f.seq);
+      const { records, bytes, points } = countRecords(files, f.path, f.seq);
       const segment = newSegment(f.seq, f.slot, f.path, { capacity: bytes, bytes, recovered: true, doneBefore: readMarks(files, f.path, f.seq) });
       segment.records = records;
       this.segments.push(segment);
       this.toRecover.push(segment);
       this.heldBytes += bytes;
       this.recoveredLeft += Math.max(0, records - segment.doneBefore.size);
+      const left = points.reduce((sum, n, index) => (segment.doneBefore.has(index) ? sum : sum + n), 0);
+      this.countedPoints.set(segment, left);
+      this.recoveredPointsLeft += left;
     }
   }
 
@@ -410,6 +418,7 @@ export class Journal {
     record.remaining -= count;
     if (record.remaining > 0) return null;
     this.inFlight.delete(id);
+    this.donePoints += record.points;
     const segment = record.segment;
     segment.done++;
     segment.marks.push(record.index);
@@ -465,6 +474,7 @@ export class Journal {
         const segment = this.toRecover[0];
         if (segment === undefined) {
           this.recoveredLeft = 0;
+          this.recoveredPointsLeft = 0;
           break;
         }
         this.recoveredQueue = this.readSegment(segment);
@@ -473,6 +483,7 @@ export class Journal {
       }
       const next = this.recoveredQueue.shift()!;
       this.recoveredLeft = Math.max(0, this.recoveredLeft - 1);
+      this.recoveredPointsLeft = Math.max(0, this.recoveredPointsLeft - next.record.count);
       out.push({ record: next.record, inFlight: this.track(next.segment, next.index, -1, next.record.count, next.record.timestamp) });
     }
     return out;
@@ -491,6 +502,9 @@ export class Journal {
     }
     if (segment.spill) this.heldBytes += segment.bytes;
     this.recoveredLeft = Math.max(0, this.recoveredLeft + records.length - counted);
+    const points = records.reduce((sum, r) => sum + r.record.count, 0);
+    this.recoveredPointsLeft = Math.max(0, this.recoveredPointsLeft + points - (this.countedPoints.get(segment) ?? 0));
+    this.countedPoints.delete(segment);
     if (records.length === 0) this.deleteIfDone(segment);
     return records.map((r) => ({ segment, ...r }));
   }
@@ -527,7 +541,12 @@ export class Journal {
     return this.inFlight.size + this.recoveredLeft;
   }
 
-  /** Points of those records not yet acknowledged. */
+  /** Points of the records left by an earlier process not yet handed out (an estimate until each file is read). */
+  get recoveredPoints(): number {
+    return this.recoveredPointsLeft;
+  }
+
+  /** Points of the records in flight not yet acknowledged. */
   get pendingPoints(): number {
     let points = 0;
     for (const r of this.inFlight.values()) points += r.remaining;

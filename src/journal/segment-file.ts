@@ -166,18 +166,19 @@ export function readLeftRecords(files: JournalFiles, segment: Segment, damaged: 
 }
 
 /**
- * The records of a segment file and their bytes, by their headers alone: an estimate for the metrics
- * and the limit until the file is read (a damaged header stops the count; reading then goes on past it).
+ * The records of a segment file, their bytes and each one's points, by their headers alone: an
+ * estimate for the metrics, the limit and drain's progress until the file is read (a damaged header stops the count; reading then goes on past it).
  */
-export function countRecords(files: JournalFiles, path: string, seq: number): { records: number; bytes: number } {
+export function countRecords(files: JournalFiles, path: string, seq: number): { records: number; bytes: number; points: number[] } {
   let fd: number;
   try {
     fd = files.openRead(path);
   } catch {
-    return { records: 0, bytes: 0 };
+    return { records: 0, bytes: 0, points: [] };
   }
   let at = 0;
   let count = 0;
+  const points: number[] = [];
   try {
     const size = files.size(fd);
     const header = Buffer.alloc(RECORD_HEADER_BYTES);
@@ -188,13 +189,14 @@ export function countRecords(files: JournalFiles, path: string, seq: number): { 
       if (bytes === null || at + bytes > size) break;
       at += bytes;
       count++;
+      points.push(h?.count ?? 0);
     }
   } catch {
     /* a read the disk failed: an estimate still; reading the segment says the rest */
   } finally {
     files.close(fd);
   }
-  return { records: count, bytes: at };
+  return { records: count, bytes: at, points };
 }
 
 /** The records of segment `seq` (file `walPath`) marked done: its .done file, and an earlier version's .acks. A marks file that cannot be read marks nothing: its records come back, duplicates. */

@@ -102,6 +102,27 @@ export function claimSlotsNow(opts: Omit<ClaimOptions, 'waitMs' | 'onWait'>): Sl
   return claimOthers(opts, fd);
 }
 
+/**
+ * Every slot of the directory that has files, whatever WORKERS wrote them (`drain`): their locks taken
+ * without waiting. Throws JournalInUse, naming the holder, at the first one another process holds,
+ * having released those it took. The claim's own slot is the lowest (0 when none has files).
+ */
+export function claimEverySlot(files: JournalFiles, dir: string): SlotClaim {
+  const slots = [...slotsWithFiles(files.list(dir))].sort((a, b) => a - b);
+  const fds: number[] = [];
+  for (const slot of slots) {
+    const path = slotLockPath(dir, slot);
+    const fd = tryLock(files, path);
+    if (fd === null) {
+      heldLock(files, ...fds).release();
+      throw new JournalInUse(dir, path, holderOf(files, path), `journal slot ${slot} of ${dir} (JOURNAL_DIR) is in use`);
+    }
+    fds.push(fd);
+  }
+  const { release } = heldLock(files, ...fds);
+  return { slot: slots[0] ?? 0, slots: new Set(slots), release };
+}
+
 function claimOthers(opts: Omit<ClaimOptions, 'waitMs' | 'onWait'>, fd: number): SlotClaim {
   const fds = [fd];
   const slots = new Set([opts.slot]);

@@ -83,6 +83,8 @@ export class KafkaProducer {
     private readonly log: Logger,
     private readonly metrics: WorkerMetrics,
     readonly settings: ProducerSettings,
+    /** How long one connection attempt may take (10 s): the process's exit waits for the one under way. */
+    connectTimeoutMs?: number,
   ) {
     this.topic = config.topic;
     this.messageMaxBytes = messageMaxBytes(settings);
@@ -95,7 +97,7 @@ export class KafkaProducer {
     if (typeof this.producer.produceBatch !== 'function' || typeof this.producer.takeAcks !== 'function') {
       throw new Error('@confluentinc/kafka-javascript lacks produceBatch and takeAcks: patches/ was not applied; run scripts/build-kafka-client.sh (scripts/install.sh runs it)');
     }
-    this.link = new BrokerLink(this.producer, this.state, { brokers: config.brokers, topic: config.topic, log, changed: () => this.updateRefusal() });
+    this.link = new BrokerLink(this.producer, this.state, { brokers: config.brokers, topic: config.topic, log, connectTimeoutMs, changed: () => this.updateRefusal() });
     this.brokerErrors = new Throttled(log, 'warn', 'kafka client error');
     // The binding's error events carry only the code's name ("ssl error"); librdkafka says why in its
     // log ("SSL handshake failed: ... certificate verify failed"), passed on here at its level.

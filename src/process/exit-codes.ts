@@ -7,7 +7,7 @@ export const EXIT = {
   CONFIG: 2,
   /** The listen address cannot be bound. */
   LISTEN: 3,
-  /** Shutdown timed out with points still not acknowledged by Kafka. */
+  /** Shutdown timed out with points still not acknowledged by Kafka; `drain` gave up with Kafka unreachable (DRAIN_TIMEOUT_MS). */
   UNFLUSHED: 4,
   /** The runtime cannot run the service: no uWebSockets.js build loads on this Node and C library (http/uws.ts). */
   RUNTIME: 5,
@@ -18,6 +18,8 @@ export const EXIT = {
    * elsewhere): this instance can make nothing visible any more, and stops rather than fence it back.
    */
   FENCED: 7,
+  /** `drain`: every readable record produced, but damaged records were found, which nothing can produce (process/drain.ts). */
+  JOURNAL_DAMAGED: 8,
 } as const;
 
 /** A worker that exits with one of these before it listens stops the whole service. */

@@ -16,7 +16,7 @@
 // second service given the same directory stops at once (exit 6), naming the process that holds it.
 import cluster, { type Worker } from 'node:cluster';
 import { diskFiles } from '../journal/files.js';
-import { journalIdentity } from '../journal/journal-id.js';
+import { journalIdentity, recordInstance } from '../journal/journal-id.js';
 import { JournalInUse, lockJournalDir } from '../journal/slot-lock.js';
 import { workerMallocEnv } from './allocator.js';
 import { workerExecArgv } from './gc.js';
@@ -55,7 +55,7 @@ export function runPrimary(config: Config, runtime: RuntimeSummary): void {
   const log = createLogger(config.logLevel, { role: 'primary' });
   // What ps shows, and what the lock file says of its holder to a second service given the same directory.
   process.title = 'track-ingest primary';
-  holdJournalDir(config.journalDir, config.exactlyOnce !== null);
+  holdJournalDir(config.journalDir, config.exactlyOnce?.instance ?? null);
   const metrics = createPrimaryMetrics();
 
   const listening = new Set<number>();
@@ -198,14 +198,17 @@ export function runPrimary(config: Config, runtime: RuntimeSummary): void {
 
 /**
  * Takes JOURNAL_DIR for this service's life (creating it, durably, if missing), and with exactly
- * once gives it its identity (journal/journal-id.ts) before any worker reads it; stops the process
- * when another service holds it (exit 6) or it cannot be used (exit 2). The lock goes with the
- * process: nothing releases it but its end.
+ * once gives it its identity and records the instance (journal/journal-id.ts) before any worker reads
+ * them; stops the process when another service holds it (exit 6) or it cannot be used (exit 2). The
+ * lock goes with the process: nothing releases it but its end.
  */
-function holdJournalDir(dir: string, identified: boolean): void {
+function holdJournalDir(dir: string, instance: string | null): void {
   try {
     lockJournalDir(diskFiles, dir);
-    if (identified) journalIdentity(diskFiles, dir);
+    if (instance !== null) {
+      journalIdentity(diskFiles, dir);
+      recordInstance(diskFiles, dir, instance);
+    }
   } catch (err) {
     if (err instanceof JournalInUse) {
       process.stderr.write(`cannot start: ${err.message}\n`);

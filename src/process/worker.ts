@@ -5,10 +5,12 @@
 //             drains it) → journal opened (what an earlier process of this slot left is found) →
 //             producer connects → HTTP server listens (at most 5 s later, ready or not) → tells the
 //             primary; what the journal holds from before is produced again once Kafka takes points
-//   shutdown: stop listening → wait for bodies being read → drain (refuses new points with 500,
-//             flushes what it holds, bounded by SHUTDOWN_TIMEOUT_MS) → journal closed → exit 0: in
-//             ACK_MODE=async what Kafka has not acknowledged stays in the journal for the next start;
-//             ACK_MODE=delivered exits 4 if points were still unacknowledged at the deadline
+//   shutdown: stop listening → wait for bodies being read → wait for the journal to empty (what
+//             failed and is retried, what an earlier process left) → drain (refuses new points with
+//             500, flushes what it holds; all of it bounded by SHUTDOWN_TIMEOUT_MS) → journal closed →
+//             exit 0: in ACK_MODE=async what Kafka has not acknowledged stays in the journal for the
+//             next start, or `drain` (process/drain.ts); ACK_MODE=delivered exits 4 if points were
+//             still unacknowledged at the deadline
 //   fatal producer error, or the journal failed (a disk error): the same shutdown, then exit 1 so that
 //             the primary starts a fresh worker, which recovers from what the disk holds
 import cluster from 'node:cluster';
@@ -22,8 +24,7 @@ import { Journal, JournalError } from '../journal/journal.js';
 import { journalIdentity } from '../journal/journal-id.js';
 import { claimSlots, JournalInUse, type SlotClaim } from '../journal/slot-lock.js';
 import { kafkaClientBuild } from '../kafka/client-build.js';
-import { PositionsUnavailable, readPositions } from '../kafka/positions.js';
-import { fenceTransactionalId, KafkaProducer } from '../kafka/producer.js';
+import { KafkaProducer } from '../kafka/producer.js';
 import { RefusedProducer } from '../kafka/refused-producer.js';
 import { producerSettings, refusedProducerSettings } from '../kafka/settings.js';
 import { createLogger, type Logger } from '../log.js';
@@ -35,8 +36,8 @@ import { runsOnJemalloc } from './allocator.js';
 import { isPrimaryMessage, sendToPrimary, workerSlot } from './cluster-protocol.js';
 import { EXIT } from './exit-codes.js';
 import { runsSingleThreadedGc } from './gc.js';
+import { LISTEN_AFTER_PRODUCER_WAIT_MS, startTransactions } from './slot-transactions.js';
 
-const LISTEN_AFTER_PRODUCER_WAIT_MS = 5_000;
 /** How long past SHUTDOWN_TIMEOUT_MS a worker waits for its slot while an earlier process holds it (that process drains for at most SHUTDOWN_TIMEOUT_MS). */
 const SLOT_WAIT_MARGIN_MS = 5_000;
 
@@ -135,6 +136,10 @@ export async function runWorker(config: Config): Promise<void> {
       const deadline = Date.now() + config.shutdownTimeoutMs;
       log.info({ why }, 'worker shutting down');
       await server.stop(Math.min(2_000, config.shutdownTimeoutMs / 4));
+      // Asked to stop (a scale-down, a rolling update): what the journal holds goes to Kafka first,
+      // retries and an earlier process's records included, so that no pod leaves a journal behind
+      // while Kafka takes points. A failed producer or journal cannot empty it: no wait then.
+      if (exitCode === EXIT.OK) await path.whenEmptied(deadline - Math.min(2_000, config.shutdownTimeoutMs / 4));
       const left = await path.drain(Math.max(100, deadline - Date.now()));
       // The refused requests still queued get what is left of a second: evidence, not data.
       await refusedProducer?.stop(Math.min(deadline, Date.now() + 1_000));
@@ -198,45 +203,6 @@ export async function runWorker(config: Config): Promise<void> {
   }
   log.debug({ listen: config.listen }, 'worker listening');
   sendToPrimary({ type: 'ingest:worker-listening' });
-}
-
-/**
- * DELIVERY=exactly-once, before listening: Kafka reachable (waited for), then the slot's transactions
- * initialized (earlier holders fenced) and the committed positions read. What stops the start (the
- * positions topic missing, brokers without transactions) exits with EXIT.CONFIG before the worker
- * listens, which stops the service with the message. False when the worker is stopping meanwhile.
- */
-async function startTransactions(config: Config, path: WriteAhead, claim: SlotClaim, log: Logger, accepting: boolean, stopping: () => boolean): Promise<boolean> {
-  const exactlyOnce = config.exactlyOnce!;
-  while (!accepting && !stopping()) {
-    log.warn({ brokers: config.brokers }, 'DELIVERY=exactly-once: waiting for Kafka before initializing the slot\'s transactions');
-    accepting = await path.whenAccepting(LISTEN_AFTER_PRODUCER_WAIT_MS);
-  }
-  if (stopping()) return false;
-  // Slot 0 holding the files of slots that no longer exist (WORKERS shrank): their last holders fenced first.
-  for (const other of claim.slots) {
-    if (other === claim.slot) continue;
-    try {
-      await fenceTransactionalId(producerSettings(config, `track-ingest-fence-${hostname()}-${other}`, transactionalId(exactlyOnce, other)), exactlyOnce.transactionTimeoutMs);
-      log.info({ slot: other, transactionalId: transactionalId(exactlyOnce, other) }, 'fenced the transactional.id of a slot whose journal files this worker took over');
-    } catch (err) {
-      log.fatal({ err, slot: other }, 'cannot fence the transactional.id of a slot whose journal files this worker took over; the worker restarts and tries again');
-      process.exit(EXIT.CRASH);
-    }
-  }
-  const connection = Object.fromEntries(Object.entries(config.producerOptions).filter(([name]) => /^(security|sasl|ssl)\./.test(name)));
-  try {
-    await path.startTransactions([...claim.slots], (keys) =>
-      readPositions({ brokers: config.brokers, topic: exactlyOnce.positionsTopic, keys, connection, timeoutMs: exactlyOnce.transactionTimeoutMs + 10_000 }),
-    );
-  } catch (err) {
-    if (stopping()) return false;
-    log.fatal({ err }, 'DELIVERY=exactly-once cannot start');
-    const message = err instanceof PositionsUnavailable || err instanceof Error ? err.message : String(err);
-    process.stderr.write(`cannot start: ${message}\n`);
-    process.exit(EXIT.CONFIG);
-  }
-  return !stopping();
 }
 
 /**

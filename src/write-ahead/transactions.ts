@@ -137,6 +137,9 @@ export class Transactions {
     this.metrics = opts.metrics;
   }
 
+  /** Points of records an earlier process left that a committed position already covered: done without being produced again. */
+  alreadyCommittedPoints = 0;
+
   /** Points held in memory, not yet in librdkafka's queue: admission counts them. */
   get heldPoints(): number {
     return this.waitingPoints + this.laterPoints;
@@ -258,6 +261,7 @@ export class Transactions {
       if (position !== undefined && inFlight.segment.seq >= 0 && covers(position, inFlight.segment.seq, inFlight.index)) {
         this.journal.acknowledged(inFlight.id, inFlight.points);
         this.metrics.recoveredCommitted.inc();
+        this.alreadyCommittedPoints += inFlight.points;
         continue;
       }
       this.enqueue({ record: inFlight, batch: record, count: record.count, timestamp: record.timestamp, produced: 0 });

@@ -270,6 +270,31 @@ export class WriteAhead implements PointSink {
   }
 
   /**
+   * Whether the journal holds nothing Kafka has not acknowledged (at least once) or a committed
+   * transaction has not covered (exactly once): nothing in flight, left to read back, or to retry.
+   */
+  get emptied(): boolean {
+    return this.journal.records === 0 && !this.journal.recovering && this.replay.backlog === 0;
+  }
+
+  /** Points the journal holds that Kafka does not have yet: in flight, and left to read back (an estimate until read). */
+  get pointsLeft(): number {
+    return this.journal.pendingPoints + this.journal.recoveredPoints;
+  }
+
+  /**
+   * Resolves true once the journal is emptied, or false at the deadline, or as soon as it cannot be
+   * (the journal or the producer failed). New points must be refused meanwhile (the server stopped):
+   * what a pod removed by a scale-down holds reaches Kafka before the pod goes.
+   */
+  async whenEmptied(deadline: number): Promise<boolean> {
+    while (!this.emptied && Date.now() < deadline && this.journal.failure === null && this.producer.refusal !== 'producer_failed') {
+      await new Promise((resolve) => setTimeout(resolve, Math.max(1, Math.min(5 * POLL_INTERVAL_MS, deadline - Date.now()))));
+    }
+    return this.emptied;
+  }
+
+  /**
    * Stops taking points and waits until every queued point is acknowledged or has failed, at most
    * timeoutMs. Returns how many points Kafka has not acknowledged: in ACK_MODE=async they stay in the
    * journal for the next start.
