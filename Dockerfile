@@ -43,8 +43,11 @@ USER node
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=2s --start-period=10s --retries=3 \
   CMD curl -fsS http://127.0.0.1:8080/healthz || exit 1
-# SIGTERM starts the orderly shutdown: stop listening, flush every producer (SHUTDOWN_TIMEOUT_MS,
-# 20 s by default), exit 0. Give the container more than that: docker stop -t 30, or
-# stop_grace_period: 30s in compose, terminationGracePeriodSeconds in Kubernetes.
+# SIGTERM starts the orderly shutdown: stop listening, empty the journal and flush every producer
+# (SHUTDOWN_TIMEOUT_MS, 20 s by default), exit 0. Give the container more than that: docker stop -t 30,
+# or stop_grace_period: 30s in compose, terminationGracePeriodSeconds in Kubernetes.
 STOPSIGNAL SIGTERM
-CMD ["node", "dist/src/main.js"]
+# `docker run IMAGE` serves; `docker run -v VOLUME:/var/lib/track-ingest/journal IMAGE drain` produces
+# what a journal volume holds and exits (docs/operations.md, "A journal left behind").
+ENTRYPOINT ["node", "dist/src/main.js"]
+CMD []

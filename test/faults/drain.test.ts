@@ -122,6 +122,28 @@ describe('drain: a journal left behind, produced without its service', () => {
     }
   });
 
+  it('a service asked to stop (SIGTERM: a pod removed) waits for its journal to empty while Kafka comes back, and leaves none', { timeout: 120_000 }, async () => {
+    const topic = await createTopic(uniqueTopic('drain-sigterm'));
+    const dir = journalDir();
+    try {
+      const load = await strand(dir, { MQ_TOPIC: topic });
+      // Started on what the killed service left, the broker still frozen: nothing produced yet.
+      const svc = await startService({ MQ_TOPIC: topic, WORKERS: '2', JOURNAL_DIR: dir, SHUTDOWN_TIMEOUT_MS: '30000' }, { waitFor: 'nothing' });
+      await sleep(2_000);
+      svc.proc.kill('SIGTERM');
+      await sleep(2_000);
+      thaw();
+      expect(await svc.exited).toBe(0);
+      expect(journalFiles(dir).filter((f) => /\.wal [1-9]/.test(f) || f.includes('.done'))).toEqual([]);
+      const a = load.account(await consumeAll(topic, { expected: load.accepted, timeoutMs: 90_000, toEnd: true }));
+      console.log(`${ACCOUNTING_HEADER}\n${accountingRow('kill -9 with the broker frozen; the next service started and stopped (SIGTERM) while frozen, thawed 2 s into its shutdown', a)}`);
+      expect(a.accepted).toBeGreaterThan(1_000);
+      expect(a.lost).toBe(0);
+    } finally {
+      if (frozen) thaw();
+    }
+  });
+
   it('exactly once: the same journal drained under another INSTANCE_ID, each 202 found once by a read_committed reader', { timeout: 180_000 }, async () => {
     const topics = await eosTopics('drain-eos');
     const dir = journalDir();

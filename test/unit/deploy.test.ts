@@ -82,9 +82,31 @@ describe('Kubernetes manifests', () => {
     expect(container.livenessProbe.httpGet.path).toBe('/healthz');
   });
 
-  it('lets the producers flush: grace period > preStop + SHUTDOWN_TIMEOUT_MS', () => {
-    const flushS = Number(env.SHUTDOWN_TIMEOUT_MS ?? DEFAULTS.SHUTDOWN_TIMEOUT_MS) / 1000;
-    expect(spec.terminationGracePeriodSeconds).toBeGreaterThan(container.lifecycle.preStop.sleep.seconds + flushS);
+  it('lets a pod removed empty its journal: grace period > preStop + SHUTDOWN_TIMEOUT_MS (the journal wait and the flush), which leaves the wait most of a minute at least', () => {
+    const shutdownS = Number(env.SHUTDOWN_TIMEOUT_MS ?? DEFAULTS.SHUTDOWN_TIMEOUT_MS) / 1000;
+    expect(spec.terminationGracePeriodSeconds).toBeGreaterThan(container.lifecycle.preStop.sleep.seconds + shutdownS);
+    expect(shutdownS).toBeGreaterThanOrEqual(60);
+  });
+
+  it('drains a retained journal volume with a Job that runs the image\'s drain on the StatefulSet\'s claim, at its JOURNAL_DIR, as its user', () => {
+    const job = parse(read('deploy/k8s/drain-job.yaml'));
+    expect(job.kind).toBe('Job');
+    const pod = job.spec.template.spec;
+    const drain = pod.containers[0];
+    expect(drain.image).toBe(container.image);
+    expect(drain.command, 'the image\'s entry, not another').toBeUndefined();
+    expect(drain.args).toEqual(['drain']);
+    expect(pod.restartPolicy).toBe('Never');
+    const jobEnv = Object.fromEntries(drain.env.map((e: { name: string; value: string }) => [e.name, e.value]));
+    for (const name of ['MQ_BROKERS', 'MQ_TOPIC', 'JOURNAL_DIR']) expect(jobEnv[name], name).toBe(env[name]);
+    expect(() => loadConfig(jobEnv)).not.toThrow();
+    const mount = drain.volumeMounts.find((m: { mountPath: string }) => m.mountPath === jobEnv.JOURNAL_DIR);
+    const volume = pod.volumes.find((v: { name: string }) => v.name === mount.name);
+    // <claim template>-<StatefulSet>-<ordinal>: the name Kubernetes gives each pod's claim.
+    const template = deployment.spec.volumeClaimTemplates[0].metadata.name;
+    expect(volume.persistentVolumeClaim.claimName).toMatch(new RegExp(`^${template}-${deployment.metadata.name}-\\d+$`));
+    expect(pod.securityContext.runAsUser).toBe(spec.securityContext.runAsUser);
+    expect(pod.securityContext.fsGroup).toBe(spec.securityContext.fsGroup);
   });
 
   it("keeps each pod's journal on a volume of its own, as large as JOURNAL_MAX_BYTES for every worker, and writable by it", () => {
@@ -121,7 +143,9 @@ describe('Dockerfile and compose', () => {
     expect(dockerfile).toMatch(/^USER node$/m);
     expect(dockerfile).toMatch(/HEALTHCHECK[\s\S]*\/healthz/);
     expect(dockerfile).toMatch(/^STOPSIGNAL SIGTERM$/m);
-    expect(dockerfile).toMatch(/^CMD \["node", "dist\/src\/main\.js"\]$/m);
+    // The entry takes the subcommand as the container's arguments: `docker run IMAGE drain`.
+    expect(dockerfile).toMatch(/^ENTRYPOINT \["node", "dist\/src\/main\.js"\]$/m);
+    expect(dockerfile).toMatch(/^CMD \[\]$/m);
   });
 
   it('gives the build stage what the Kafka client\'s patched build needs, before it runs', () => {
