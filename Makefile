@@ -108,7 +108,7 @@ bench-gateway: build ## the reference gateway under vegeta (open loop): rate hel
 	@scripts/need-vegeta.sh >/dev/null
 	@scripts/with-broker.sh node dist/bench/gateway.js
 
-bench-replay: build ## how fast a restarted worker produces again a journal of 1,000,000 points a crash left
+bench-replay: build ## how fast a restarted worker, and `drain`, produce again a journal of 1,000,000 points a crash left
 	@npx tsc -p .
 	@scripts/with-broker.sh node dist/bench/replay.js
 

@@ -3,7 +3,10 @@
 // service writes it (journal/journal.ts, the suite's points), the service is started on it with one
 // worker, and the time from its start to the journal being empty (every record acknowledged by Kafka,
 // ingest_journal_records 0) is measured; then the topic is read back to check every point arrived.
-import { mkdtempSync, rmSync } from 'node:fs';
+// A copy of the same journal is then produced by `drain` (process/drain.ts) to a topic of its own:
+// its time from start to exit, and its own summary line, side by side with the service's.
+import { spawnSync } from 'node:child_process';
+import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { diskFiles } from '../src/journal/files.js';
@@ -19,7 +22,9 @@ const POINTS = Number(process.env.REPLAY_POINTS ?? 1_000_000);
 const BATCH = Number(process.env.REPLAY_BATCH ?? 100);
 
 const dir = mkdtempSync(join(tmpdir(), 'bench-replay-'));
+const drainDir = `${dir}-drain`;
 const topic = await createTopic(uniqueTopic('replay'));
+const drainTopic = await createTopic(uniqueTopic('drain'));
 try {
   // Written as a worker of slot 0 writes it, which then dies: the service's worker takes the slot.
   const claim = claimSlotsNow({ files: diskFiles, dir, slot: 0, slotsInUse: 1 });
@@ -32,6 +37,7 @@ try {
   const bytes = journal.bytes;
   journal.close();
   claim.release();
+  cpSync(dir, drainDir, { recursive: true });
 
   const started = performance.now();
   const target = await startTarget('ours', await freePort(), { MQ_TOPIC: topic, WORKERS: '1', JOURNAL_DIR: dir }, undefined, 'listening');
@@ -48,8 +54,19 @@ try {
   console.log(`produced again and acknowledged in ${seconds.toFixed(2)} s from the service's start: ${Math.round(POINTS / seconds)} points/s (start-up included)`);
   console.log(`${found.length} messages in Kafka`);
   if (found.length < POINTS) process.exitCode = 1;
+
+  const drainStarted = performance.now();
+  const drain = spawnSync(process.execPath, ['dist/src/main.js', 'drain'], { env: { ...process.env, MQ_TOPIC: drainTopic, JOURNAL_DIR: drainDir, LOG_LEVEL: 'warn' }, encoding: 'utf8' });
+  const drainSeconds = (performance.now() - drainStarted) / 1000;
+  const drained = await consumeAll(drainTopic, { expected: POINTS, timeoutMs: 120_000, idleMs: 2_000 });
+  console.log(`drain of the same journal: exit ${drain.status} in ${drainSeconds.toFixed(2)} s from its start to its exit: ${Math.round(POINTS / drainSeconds)} points/s (start-up included)`);
+  console.log(drain.stdout.trim());
+  console.log(`${drained.length} messages in Kafka`);
+  if (drain.status !== 0 || drained.length < POINTS) process.exitCode = 1;
 } finally {
   rmSync(dir, { recursive: true, force: true });
+  rmSync(drainDir, { recursive: true, force: true });
   await deleteTopic(topic);
+  await deleteTopic(drainTopic);
 }
 process.exit();

@@ -120,6 +120,18 @@ describe('Kubernetes manifests', () => {
     expect(spec.securityContext.fsGroup).toBe(spec.securityContext.runAsUser);
   });
 
+  it('alerts on a journal not produced, by a metric the service exports, and on journal claims no pod holds', async () => {
+    const rules = parse(read('deploy/k8s/alerts.yaml')).spec.groups.flatMap((g: { rules: { alert: string; expr: string }[] }) => g.rules);
+    const known = await metricNames();
+    for (const name of rules.flatMap((r: { expr: string }) => r.expr.match(/\bingest_[a-z0-9_]+/g) ?? [])) expect(known.has(name), name).toBe(true);
+    const unproduced = rules.find((r: { alert: string }) => r.alert === 'TrackIngestJournalNotProduced');
+    expect(unproduced.expr).toContain('ingest_journal_oldest_unacknowledged_seconds');
+    const orphaned = rules.find((r: { alert: string }) => r.alert === 'TrackIngestJournalWithoutPod');
+    const template = deployment.spec.volumeClaimTemplates[0].metadata.name;
+    expect(orphaned.expr).toContain(`${template}-${deployment.metadata.name}-[0-9]+`);
+    expect(orphaned.expr).toContain(`statefulset="${deployment.metadata.name}"`);
+  });
+
   it('runs as non-root', () => {
     expect(spec.securityContext.runAsNonRoot).toBe(true);
   });
