@@ -7,6 +7,8 @@
 //   worker:  slot-<n>.lock     taken before the worker touches the slot's files, held until it exits
 //                              (claimSlots); a standby takes a dead worker's slot by taking its lock,
 //                              which the kernel released when the worker died
+//   drain:   service.lock and every slot-<n>.lock with files, without waiting (claimEverySlot): a
+//                              directory in use is left alone
 //
 // The locks are flock(2) locks (files.ts), which belong to the descriptor: the kernel releases them
 // when the holder exits or dies, however it dies, so no stale lock outlives its process. Each lock
