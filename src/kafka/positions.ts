@@ -43,9 +43,18 @@ function parsePosition(value: Buffer | null | undefined): JournalPosition | null
   return null;
 }
 
-/** The positions topic does not exist, or the brokers do not answer for it: the start stops. */
+/**
+ * The positions topic does not exist (the start stops), or could not be read to its end in time
+ * (`transient`: a broker killed or a leader moving meanwhile; the process starts again and retries).
+ */
 export class PositionsUnavailable extends Error {
   override name = 'PositionsUnavailable';
+  constructor(
+    message: string,
+    readonly transient = false,
+  ) {
+    super(message);
+  }
 }
 
 export interface ReadPositionsOptions {
@@ -129,7 +138,7 @@ async function readRanges(
   try {
     while (open.size > 0) {
       if (Date.now() > deadline) {
-        throw new PositionsUnavailable(`cannot read the positions topic ${topic} to its end in time (partitions ${[...open.keys()].join(', ')} not read): a transaction left open holds read_committed readers back until TRANSACTION_TIMEOUT_MS`);
+        throw new PositionsUnavailable(`cannot read the positions topic ${topic} to its end in time (partitions ${[...open.keys()].join(', ')} not read): a transaction left open holds read_committed readers back until TRANSACTION_TIMEOUT_MS, or its leader is moving`, true);
       }
       const messages = await call<Kafka.Message[]>((cb) => consumer.consume(1000, cb));
       for (const m of messages) {

@@ -16,10 +16,11 @@ import { EXIT } from './exit-codes.js';
 export const LISTEN_AFTER_PRODUCER_WAIT_MS = 5_000;
 
 /**
- * DELIVERY=exactly-once, before listening: Kafka reachable (waited for), then the slot's transactions
+ * DELIVERY=exactly-once, before producing: Kafka reachable (waited for), then the slot's transactions
  * initialized (earlier holders fenced) and the committed positions read. What stops the start (the
- * positions topic missing, brokers without transactions) exits with EXIT.CONFIG before the worker
- * listens, which stops the service with the message. False when the worker is stopping meanwhile.
+ * positions topic missing, brokers without transactions) exits with EXIT.CONFIG before a worker
+ * listens, which stops the service with the message; positions not read in time exit EXIT.CRASH (a
+ * worker is started again). False when the process is stopping meanwhile.
  */
 export async function startTransactions(config: Config, path: WriteAhead, claim: SlotClaim, log: Logger, accepting: boolean, stopping: () => boolean): Promise<boolean> {
   const exactlyOnce = config.exactlyOnce!;
@@ -35,7 +36,7 @@ export async function startTransactions(config: Config, path: WriteAhead, claim:
       await fenceTransactionalId(producerSettings(config, `track-ingest-fence-${hostname()}-${other}`, transactionalId(exactlyOnce, other)), exactlyOnce.transactionTimeoutMs);
       log.info({ slot: other, transactionalId: transactionalId(exactlyOnce, other) }, 'fenced the transactional.id of a slot whose journal files this worker took over');
     } catch (err) {
-      log.fatal({ err, slot: other }, 'cannot fence the transactional.id of a slot whose journal files this worker took over; the worker restarts and tries again');
+      log.fatal({ err, slot: other }, 'cannot fence the transactional.id of a slot whose journal files this process took over; a worker restarts and tries again, drain exits 1 and can be run again');
       process.exit(EXIT.CRASH);
     }
   }
@@ -46,6 +47,12 @@ export async function startTransactions(config: Config, path: WriteAhead, claim:
     );
   } catch (err) {
     if (stopping()) return false;
+    // Not read in time (a broker down, a leader moving): started again by the primary, the worker tries again.
+    if (err instanceof PositionsUnavailable && err.transient) {
+      log.error({ err }, 'DELIVERY=exactly-once: the committed positions could not be read in time; this process restarts and reads them again');
+      process.stderr.write(`cannot start yet: ${err.message}\n`);
+      process.exit(EXIT.CRASH);
+    }
     log.fatal({ err }, 'DELIVERY=exactly-once cannot start');
     const message = err instanceof PositionsUnavailable || err instanceof Error ? err.message : String(err);
     process.stderr.write(`cannot start: ${message}\n`);

@@ -1,10 +1,10 @@
 // The image's root file system, made without Docker (scripts/image-build.sh root: Debian 13, Node 24
 // from the npm registry, the Dockerfile's build steps run in it), and the service started from it the
 // way the image starts it: `node dist/src/main.js` in /app, as an unprivileged user, against the real
-// broker, end to end. The root is the one the Node 24 suite runs in (scripts/test-in-root.sh
+// broker, end to end; then its `drain` on the journal the service left. The root is the one the Node 24 suite runs in (scripts/test-in-root.sh
 // --prepare), so that librdkafka is compiled once for both. Minutes the first time: it runs when
 // RUN_IMAGE_BUILD_TEST=1, in CI and `make test-image`.
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { chownSync, existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -63,5 +63,10 @@ describe.runIf(enabled)('the image, built without Docker (scripts/image-build.sh
       }
     }
     expect(proc.exitCode).toBe(0);
+    // The image's other entry (`docker run IMAGE drain`, deploy/k8s/drain-job.yaml) on the journal the
+    // service left: after its orderly stop, nothing is left, and it says so.
+    const drain = spawnSync(join(REPO_ROOT, 'scripts', 'debian-root.sh'), ['run', ROOT, '--', 'setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', 'env', ...env, 'sh', '-c', 'cd /app && exec node dist/src/main.js drain'], { encoding: 'utf8' });
+    expect(drain.status, `${drain.stdout}${drain.stderr}`).toBe(0);
+    expect(drain.stdout).toMatch(/^drain: 0 points produced.*nothing left/m);
   });
 });
