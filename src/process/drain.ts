@@ -79,20 +79,16 @@ export async function runDrain(config: Readonly<Config>): Promise<never> {
   let done = 0;
   const givenUp = () => Date.now() - progressAt > config.drainTimeoutMs;
   if (exactlyOnce !== null) await startTransactions(config, path, claim, log, await path.whenAccepting(config.drainTimeoutMs), givenUp);
+  // A progress line a second until the journal is emptied, or it cannot be (whenEmptied returns at once then).
   let lastLine = startedAt;
-  let lastDone = 0;
-  while (!path.emptied && !givenUp() && producerFailure.why === null && journal.failure === null) {
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    if (journal.donePoints > done) {
-      done = journal.donePoints;
-      progressAt = Date.now();
-    }
+  while (!givenUp() && producerFailure.why === null && journal.failure === null) {
+    if (await path.whenEmptied(Math.min(Date.now() + PROGRESS_INTERVAL_MS, progressAt + config.drainTimeoutMs + 1))) break;
     const now = Date.now();
-    if (now - lastLine >= PROGRESS_INTERVAL_MS) {
-      say(`${path.pointsLeft} points in ${journal.records} records left; ${Math.round(((done - lastDone) * 1000) / (now - lastLine))} points/s`);
-      lastLine = now;
-      lastDone = done;
-    }
+    const points = journal.donePoints - done;
+    if (points > 0) progressAt = now;
+    done = journal.donePoints;
+    say(`${path.pointsLeft} points in ${journal.records} records left; ${Math.round((points * 1000) / Math.max(1, now - lastLine))} points/s`);
+    lastLine = now;
   }
   const emptied = path.emptied;
   await path.drain(emptied ? STOP_MS : 1_000);
