@@ -16,6 +16,9 @@ const FENCING = ['test/faults/fenced-broker.test.ts'];
 // The files that freeze, stop or kill the local broker (or fill a journal while it is frozen): nothing
 // else may use it meanwhile.
 const BROKER_FAULTS = ['test/faults/**/*.test.ts', 'test/integration/operability.test.ts', 'test/integration/journal.test.ts'];
+// Broker faults that make test runs in the cluster lane, on a second local broker of their own, so
+// that the two lanes end together.
+const SECOND_BROKER = ['test/faults/journal-faults.test.ts', 'test/faults/journal-slots.test.ts'];
 // The files whose timing a busy machine breaks: the gateway's Idempotency-Key waits 50 ms at most for
 // Redis; the event-loop delay test measures its own loop's lateness in milliseconds.
 const ALONE = ['test/integration/gateway.test.ts', 'test/unit/metrics/event-loop-delay.test.ts'];
@@ -23,8 +26,8 @@ const ALONE = ['test/integration/gateway.test.ts', 'test/unit/metrics/event-loop
 // The unit tests: no broker. Their own project, so that a lane can take them beside its fault tests.
 const UNIT = ['test/unit/**/*.test.ts'];
 
-// scripts/test.sh's lanes: `cluster`, `fencing` then `unit` beside `shared-broker` then `broker-faults`,
-// and `alone` after both. One vitest run of them all (npx vitest run) takes the groups in this order,
+// scripts/test.sh's lanes: `cluster`, `fencing`, `unit` then `second-broker` beside `shared-broker`
+// then `broker-faults`, and `alone` after both. One vitest run of them all (npx vitest run) takes the groups in this order,
 // one after the other. The orders start at 1: vitest runs a one-worker project of order 0 last.
 export default defineConfig({
   test: {
@@ -34,11 +37,12 @@ export default defineConfig({
       // beside the cluster lane, where two made timing-sensitive tests flaky (bench/HISTORY.md); make
       // test-fast, which has no cluster lane, runs two (TEST_SHARED_WORKERS).
       { test: { ...shared, name: 'shared-broker', include: ['test/**/*.test.ts'], exclude: [...UNIT, ...BROKER_FAULTS, ...ALONE], maxWorkers: sharedWorkers, fileParallelism: sharedWorkers > 1, sequence: { groupOrder: 1 } } },
-      { test: { ...shared, name: 'broker-faults', include: BROKER_FAULTS, exclude: [...CLUSTER, ...FENCING], maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 2 } } },
+      { test: { ...shared, name: 'broker-faults', include: BROKER_FAULTS, exclude: [...CLUSTER, ...FENCING, ...SECOND_BROKER], maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 2 } } },
       { test: { ...shared, name: 'cluster', include: CLUSTER, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 3 } } },
       { test: { ...shared, name: 'fencing', include: FENCING, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 4 } } },
       { test: { ...shared, name: 'unit', include: UNIT, exclude: ALONE, maxWorkers: sharedWorkers, fileParallelism: sharedWorkers > 1, sequence: { groupOrder: 5 } } },
-      { test: { ...shared, name: 'alone', include: ALONE, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 6 } } },
+      { test: { ...shared, name: 'second-broker', include: SECOND_BROKER, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 6 } } },
+      { test: { ...shared, name: 'alone', include: ALONE, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 7 } } },
     ],
   },
 });

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make test`: every test against real Kafka brokers (see with-broker.sh), in two lanes at once:
 #   cluster  the fault tests that bring up brokers of their own (the 3-broker cluster, the fencing
-#            broker) and kill or freeze them, one file at a time; then the unit tests, which use none
+#            broker) and kill or freeze them, one file at a time; the unit tests, which use none; then
+#            the journal's fault tests on a second local broker (127.0.0.1:9492, .run/kafka-second),
+#            started for them and stopped after them: that balances the two lanes
 #   main     the service's other files, on the local broker, one at a time: those that leave it
 #            alone, then those that freeze or stop it
 # They share no broker, so neither lane's faults reach the other's tests. Then, once both are done:
@@ -39,14 +41,17 @@ lane() {
   return "$code"
 }
 
-# finish_lanes PID NAME PID NAME: waits for the two lanes, then runs `alone`; merges the three reports
-# into one (a lane that wrote none counts as a failed file) and exits with the lanes' status.
+# finish_lanes PID PID NAME...: waits for the two lanes, then runs `alone`; merges the reports of the
+# lanes NAME... and alone's into one (a lane that wrote none counts as a failed file) and exits with
+# the lanes' status.
 finish_lanes() {
-  local status=0
+  local status=0 reports=()
   wait "$1" || status=$?
-  wait "$3" || status=$?
+  wait "$2" || status=$?
+  shift 2
+  for name in "$@" alone; do reports+=(".run/test/$name.json"); done
   lane alone --project alone || status=$?
-  node scripts/merge-vitest-reports.mjs "${VITEST_JSON:-.run/test/report.json}" ".run/test/$2.json" ".run/test/$4.json" .run/test/alone.json || status=1
+  node scripts/merge-vitest-reports.mjs "${VITEST_JSON:-.run/test/report.json}" "${reports[@]}" || status=1
   echo "test.sh: every lane in $((SECONDS - started)) s"
   exit "$status"
 }
@@ -59,10 +64,20 @@ fi
 
 if [[ ${1:-} == --lanes ]]; then
   filters=()
-  lane cluster --project cluster --project fencing --project unit &
+  second_broker=(KAFKA_PORT=9492 KAFKA_RUN="$PWD/.run/kafka-second")
+  trap 'env "${second_broker[@]}" scripts/kafka.sh stop >/dev/null' EXIT
+  (
+    code=0
+    lane cluster --project cluster --project fencing --project unit || code=$?
+    export "${second_broker[@]}" MQ_BROKERS=127.0.0.1:9492
+    scripts/kafka.sh start 2>&1 | sed -u 's/^/second | /'
+    lane second --project second-broker || code=$?
+    scripts/kafka.sh stop 2>&1 | sed -u 's/^/second | /'
+    exit "$code"
+  ) &
   cluster=$!
   lane main --project shared-broker --project broker-faults &
-  finish_lanes "$cluster" cluster $! main
+  finish_lanes "$cluster" $! cluster second main
 fi
 
 if [[ ${1:-} == --fast-lanes ]]; then
@@ -77,7 +92,7 @@ if [[ ${1:-} == --fast-lanes ]]; then
     scripts/kafka.sh start 2>&1 | sed -u 's/^/shared | /'
     lane shared --project shared-broker --project unit
   ) &
-  finish_lanes "$faults" faults $! shared
+  finish_lanes "$faults" $! faults shared
 fi
 
 [[ ${1:-} == --fast ]] && exec scripts/with-broker.sh "$0" --fast-lanes
