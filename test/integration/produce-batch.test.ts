@@ -190,14 +190,12 @@ describe('Producer#produceBatch (patched into the binding)', () => {
   });
 });
 
-// patches/librdkafka-release-per-queue.patch: with reports for failures only (ACK_MODE=async, the
-// default), librdkafka destroys a delivered MessageSet in one go and releases its messages' accounting
-// and topic references once for the whole set. What that must keep: a queue that empties completely
-// once Kafka has everything, as the service's queue accounting (librdkafka's statistics) and flush()
-// at shutdown see it, and a client that can be closed and opened again.
+// With reports for failures only (ACK_MODE=async, the default), what the service relies on: a queue
+// that empties completely once Kafka has everything, as the service's queue accounting (librdkafka's
+// statistics) and flush() at shutdown see it, and a client that can be closed and opened again.
 const asyncTopic = fileTopic('produce-batch-async', PARTITIONS);
 
-describe('librdkafka releasing delivered messages a MessageSet at a time (patched)', () => {
+describe('librdkafka with delivery reports for failures only', () => {
   it('counts nothing queued once every message is delivered, flushes, and closes cleanly', async () => {
     const config = loadConfig({ MQ_BROKERS: BROKERS, MQ_TOPIC: asyncTopic });
     const settings = producerSettings(config, 'produce-batch-async-test');
