@@ -40,6 +40,8 @@ const DESIGN_AUTOCANNON = env.BENCH_DESIGN_AUTOCANNON !== '0';
 const DESIGN_GATEWAY = env.BENCH_DESIGN_GATEWAY !== '0';
 // The design load through vegeta as well (an open loop that opens connections as latency grows).
 const DESIGN_VEGETA = env.BENCH_DESIGN_VEGETA !== '0';
+// The baseline at the design load too (BENCH_DESIGN_BASELINE=0: ours alone, e.g. one build against another).
+const DESIGN_BASELINE = env.BENCH_DESIGN_BASELINE !== '0';
 const RUN_ID = `r${Date.now().toString(36)}`;
 
 interface Shape {
@@ -259,7 +261,7 @@ async function main() {
   const results: ScenarioResult[] = [];
   for (const shape of shapes) {
     console.log(`${shape.name}:`);
-    const impls = shape.kind === 'design' ? [{ impl: 'ours' as Impl, workers: config.workers }, { impl: 'baseline' as Impl, workers: 1 }] : IMPLS;
+    const impls = shape.kind === 'design' ? [{ impl: 'ours' as Impl, workers: config.workers }, ...(DESIGN_BASELINE ? [{ impl: 'baseline' as Impl, workers: 1 }] : [])] : IMPLS;
     for (const { impl, workers } of impls) results.push(await runScenario(impl, workers, shape));
     if (shape.kind === 'design' && DESIGN_GATEWAY) results.push(await runScenario('ours', config.workers, shape, 'gateway'));
     if (shape.kind === 'design' && DESIGN_AUTOCANNON) results.push(await runScenario('ours', config.workers, { ...shape, generator: 'autocannon' }));
