@@ -16,8 +16,8 @@ const FENCING = ['test/faults/fenced-broker.test.ts'];
 // The files that freeze, stop or kill the local broker (or fill a journal while it is frozen): nothing
 // else may use it meanwhile.
 const BROKER_FAULTS = ['test/faults/**/*.test.ts', 'test/integration/operability.test.ts', 'test/integration/journal.test.ts'];
-// Broker faults that make test runs in the cluster lane, on a second local broker of their own, so
-// that the two lanes end together.
+// Of those, the ones make test runs at the end of the cluster lane, on a second local broker of their
+// own, so that the two lanes end together.
 const SECOND_BROKER = ['test/faults/journal-faults.test.ts', 'test/faults/journal-slots.test.ts'];
 // The files whose timing a busy machine breaks: the gateway's Idempotency-Key waits 50 ms at most for
 // Redis; the event-loop delay test measures its own loop's lateness in milliseconds.
@@ -27,8 +27,9 @@ const ALONE = ['test/integration/gateway.test.ts', 'test/unit/metrics/event-loop
 const UNIT = ['test/unit/**/*.test.ts'];
 
 // scripts/test.sh's lanes: `cluster`, `fencing`, `unit` then `second-broker` beside `shared-broker`
-// then `broker-faults`, and `alone` after both. One vitest run of them all (npx vitest run) takes the groups in this order,
-// one after the other. The orders start at 1: vitest runs a one-worker project of order 0 last.
+// then `broker-faults`, and `alone` after both. One vitest run of them all (npx vitest run) takes the
+// groups in this order, one after the other. The orders start at 1: vitest runs a one-worker project
+// of order 0 last.
 export default defineConfig({
   test: {
     reporters: ['default'],
