@@ -23,7 +23,10 @@ drain: build ## produce every record JOURNAL_DIR=dir holds to MQ_TOPIC (MQ_BROKE
 gateway: ## the reference gateway (nginx + Redis rate limits) on GATEWAY_ADDR (127.0.0.1:8000) in front of UPSTREAM_ADDR (127.0.0.1:8080)
 	@scripts/gateway.sh
 
-test: build ## every test against a real broker (started and stopped when none is configured)
+lint: install ## the lint gate: eslint (typescript-eslint strict and stylistic) and prettier --check; `npm run format` mends the layout
+	@npm run --silent lint && echo 'lint: no finding'
+
+test: build lint ## the lint gate, then every test against a real broker (started and stopped when none is configured)
 	@scripts/test.sh
 
 test-fast: build ## the unit and integration tests, without the fault suites (the developer's loop)

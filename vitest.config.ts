@@ -37,11 +37,41 @@ export default defineConfig({
       // The service's tests that leave their broker alone, each on topics of its own. One file at a time
       // beside the cluster lane, where two made timing-sensitive tests flaky (bench/HISTORY.md); make
       // test-fast, which has no cluster lane, runs two (TEST_SHARED_WORKERS).
-      { test: { ...shared, name: 'shared-broker', include: ['test/**/*.test.ts'], exclude: [...UNIT, ...BROKER_FAULTS, ...ALONE], maxWorkers: sharedWorkers, fileParallelism: sharedWorkers > 1, sequence: { groupOrder: 1 } } },
-      { test: { ...shared, name: 'broker-faults', include: BROKER_FAULTS, exclude: [...CLUSTER, ...FENCING, ...SECOND_BROKER], maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 2 } } },
+      {
+        test: {
+          ...shared,
+          name: 'shared-broker',
+          include: ['test/**/*.test.ts'],
+          exclude: [...UNIT, ...BROKER_FAULTS, ...ALONE],
+          maxWorkers: sharedWorkers,
+          fileParallelism: sharedWorkers > 1,
+          sequence: { groupOrder: 1 },
+        },
+      },
+      {
+        test: {
+          ...shared,
+          name: 'broker-faults',
+          include: BROKER_FAULTS,
+          exclude: [...CLUSTER, ...FENCING, ...SECOND_BROKER],
+          maxWorkers: 1,
+          fileParallelism: false,
+          sequence: { groupOrder: 2 },
+        },
+      },
       { test: { ...shared, name: 'cluster', include: CLUSTER, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 3 } } },
       { test: { ...shared, name: 'fencing', include: FENCING, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 4 } } },
-      { test: { ...shared, name: 'unit', include: UNIT, exclude: ALONE, maxWorkers: sharedWorkers, fileParallelism: sharedWorkers > 1, sequence: { groupOrder: 5 } } },
+      {
+        test: {
+          ...shared,
+          name: 'unit',
+          include: UNIT,
+          exclude: ALONE,
+          maxWorkers: sharedWorkers,
+          fileParallelism: sharedWorkers > 1,
+          sequence: { groupOrder: 5 },
+        },
+      },
       { test: { ...shared, name: 'second-broker', include: SECOND_BROKER, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 6 } } },
       { test: { ...shared, name: 'alone', include: ALONE, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 7 } } },
     ],

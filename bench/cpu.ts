@@ -68,24 +68,32 @@ if (RATES !== null && RATES.length !== SHAPES.length) throw new Error(`CPU_RATE 
 const DISTINCT = env.CPU_BODIES === 'distinct';
 if (env.CPU_BODIES !== undefined && !DISTINCT) throw new Error(`CPU_BODIES: only "distinct" is known, not ${env.CPU_BODIES}`);
 if (DISTINCT && RATES === null) throw new Error('CPU_BODIES=distinct needs CPU_RATE (wrk sends one body)');
-const rateOf = (points: number) => (RATES === null ? null : RATES[SHAPES.indexOf(points)] ?? null);
+const rateOf = (points: number) => (RATES === null ? null : (RATES[SHAPES.indexOf(points)] ?? null));
 const WORKERS = env.CPU_WORKERS ?? '1';
 const compared = env.CPU_COMPARE ? env.CPU_COMPARE.split(',') : [];
 const TOGETHER = env.CPU_TOGETHER === '1';
-if (TOGETHER && (RATES === null || compared.length === 0)) throw new Error('CPU_TOGETHER=1 needs CPU_RATE (under a closed loop the faster build would take the machine) and CPU_COMPARE');
+if (TOGETHER && (RATES === null || compared.length === 0))
+  throw new Error('CPU_TOGETHER=1 needs CPU_RATE (under a closed loop the faster build would take the machine) and CPU_COMPARE');
 /** NAME=VALUE,NAME=VALUE as an environment. */
 function envPairs(variable: string): Record<string, string> {
   const text = env[variable] ?? '';
   if (text === '') return {};
-  return Object.fromEntries(text.split(',').map((pair) => {
-    const at = pair.indexOf('=');
-    if (at < 1) throw new Error(`${variable}: expected NAME=VALUE pairs separated by commas, got ${JSON.stringify(pair)}`);
-    return [pair.slice(0, at), pair.slice(at + 1)];
-  }));
+  return Object.fromEntries(
+    text.split(',').map((pair) => {
+      const at = pair.indexOf('=');
+      if (at < 1) throw new Error(`${variable}: expected NAME=VALUE pairs separated by commas, got ${JSON.stringify(pair)}`);
+      return [pair.slice(0, at), pair.slice(at + 1)];
+    }),
+  );
 }
 const builds: { name: string; entry?: string; node: string; env: Record<string, string> }[] = [
   { name: 'this tree', node: process.execPath, env: envPairs('CPU_ENV') },
-  ...compared.map((entry, i) => ({ name: compared.length === 1 ? 'compared' : `compared ${i + 1}`, entry, node: env.CPU_COMPARE_NODE ?? process.execPath, env: envPairs('CPU_COMPARE_ENV') })),
+  ...compared.map((entry, i) => ({
+    name: compared.length === 1 ? 'compared' : `compared ${i + 1}`,
+    entry,
+    node: env.CPU_COMPARE_NODE ?? process.execPath,
+    env: envPairs('CPU_COMPARE_ENV'),
+  })),
 ];
 const run = promisify(execFile);
 const nodeVersion = (node: string): string => (node === process.execPath ? process.version : execFileSync(node, ['--version']).toString().trim());
@@ -109,7 +117,10 @@ async function wrk(url: string, payload: string, seconds: number): Promise<{ req
   const bodyFile = join(dir, 'body.json');
   const script = join(dir, 'post.lua');
   writeFileSync(bodyFile, payload);
-  writeFileSync(script, `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nlocal f = io.open("${bodyFile}")\nwrk.body = f:read("*a")\nf:close()\n`);
+  writeFileSync(
+    script,
+    `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nlocal f = io.open("${bodyFile}")\nwrk.body = f:read("*a")\nf:close()\n`,
+  );
   const { stdout } = await run('wrk', ['-t1', `-c${CONNECTIONS}`, `-d${seconds}s`, '--latency', '-s', script, `${url}/track`], { maxBuffer: 1 << 20 });
   const requests = Number(/(\d+) requests in/.exec(stdout)?.[1] ?? NaN);
   const non2xx = Number(/Non-2xx or 3xx responses: (\d+)/.exec(stdout)?.[1] ?? 0);
@@ -151,7 +162,14 @@ async function measure(together: readonly (typeof builds)[number][], points: num
       const topic = await createTopic(`bench.${id}.${points}`);
       // DELIVERY=exactly-once: its positions topic, compacted (kafka/positions.ts).
       const positions = transactional(build) ? await createTopic(`${topic}.positions`, 1, 1, { config: { 'cleanup.policy': 'compact' } }) : null;
-      const target = await startTarget('ours', await freePort(), { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS, ...(positions === null ? {} : { MQ_POSITIONS_TOPIC: positions, INSTANCE_ID: id }), ...build.env }, build.entry, 'ready', build.node).catch(async (err: unknown) => {
+      const target = await startTarget(
+        'ours',
+        await freePort(),
+        { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS, ...(positions === null ? {} : { MQ_POSITIONS_TOPIC: positions, INSTANCE_ID: id }), ...build.env },
+        build.entry,
+        'ready',
+        build.node,
+      ).catch(async (err: unknown) => {
         await deleteTopic(topic);
         throw err;
       });
@@ -186,7 +204,9 @@ async function measure(together: readonly (typeof builds)[number][], points: num
           delivered = (await topicSize(s.topic)) - warm[i]!;
         }
         return {
-          build: s.build.name, points, round,
+          build: s.build.name,
+          points,
+          round,
           usPerPoint: (used[i]! * 1e6) / accepted,
           usPerRequest: (used[i]! * 1e6) / (r.requests - r.non2xx),
           split: { javascript: perPoint('javascript'), librdkafka: perPoint('librdkafka'), other: perPoint('other') },
@@ -211,7 +231,14 @@ async function measure(together: readonly (typeof builds)[number][], points: num
 /** µs of CPU per request of a service that refuses every request (no broker), 100-point bodies. */
 async function measureRefused(build: (typeof builds)[number]): Promise<{ requests: number; usPerRequest: number }> {
   const closed = await freePort(); // nothing listens there: the producer stays 'connecting'
-  const target = await startTarget('ours', await freePort(), { MQ_BROKERS: `127.0.0.1:${closed}`, WORKERS, ...build.env }, build.entry, 'listening', build.node);
+  const target = await startTarget(
+    'ours',
+    await freePort(),
+    { MQ_BROKERS: `127.0.0.1:${closed}`, WORKERS, ...build.env },
+    build.entry,
+    'listening',
+    build.node,
+  );
   try {
     const payload = JSON.stringify(benchPoints(100, 'refused'));
     await wrk(target.url, payload, 2);
@@ -234,8 +261,23 @@ function roundOrder(round: number): typeof builds {
 
 const f = (n: number, d = 2) => n.toFixed(d);
 const rows: Row[] = [];
-console.log(`${RATES === null ? `wrk -t1 -c${CONNECTIONS}` : `${RATES.join(' / ')} points/s paced over ${CONNECTIONS} connections${DISTINCT ? ', 500 bodies of distinct coordinates' : ''}`}, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up (the broker's ${BROKER_WARMUP_SECONDS} s before), WORKERS=${WORKERS}, ${ROUNDS} rounds${TOGETHER ? ', the builds of a round loaded at the same time' : ''}; builds: ${builds.map((b) => `${b.entry ?? b.name} on ${nodeVersion(b.node)}${Object.keys(b.env).length > 0 ? ` with ${Object.entries(b.env).map(([k, v]) => `${k}=${v}`).join(' ')}` : ''}`).join(' vs ')}`);
-console.log('| build | points per request | round | µs CPU per point | of which JS thread / librdkafka / other | µs CPU per request | points/s | p99 ms | non-2xx | delivered / accepted |');
+console.log(
+  `${RATES === null ? `wrk -t1 -c${CONNECTIONS}` : `${RATES.join(' / ')} points/s paced over ${CONNECTIONS} connections${DISTINCT ? ', 500 bodies of distinct coordinates' : ''}`}, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up (the broker's ${BROKER_WARMUP_SECONDS} s before), WORKERS=${WORKERS}, ${ROUNDS} rounds${TOGETHER ? ', the builds of a round loaded at the same time' : ''}; builds: ${builds
+    .map(
+      (b) =>
+        `${b.entry ?? b.name} on ${nodeVersion(b.node)}${
+          Object.keys(b.env).length > 0
+            ? ` with ${Object.entries(b.env)
+                .map(([k, v]) => `${k}=${v}`)
+                .join(' ')}`
+            : ''
+        }`,
+    )
+    .join(' vs ')}`,
+);
+console.log(
+  '| build | points per request | round | µs CPU per point | of which JS thread / librdkafka / other | µs CPU per request | points/s | p99 ms | non-2xx | delivered / accepted |',
+);
 console.log('|---|---|---|---|---|---|---|---|---|---|');
 try {
   if (BROKER_WARMUP_SECONDS > 0) await measure([builds[0]!], 100, 0, BROKER_WARMUP_SECONDS);
@@ -245,7 +287,9 @@ try {
       for (const together of TOGETHER ? [order] : order.map((b) => [b])) {
         for (const r of await measure(together, points, round)) {
           rows.push(r);
-          console.log(`| ${r.build} | ${r.points} | ${r.round} | ${f(r.usPerPoint)} | ${f(r.split.javascript)} / ${f(r.split.librdkafka)} / ${f(r.split.other)} | ${f(r.usPerRequest, 1)} | ${Math.round(r.pointsPerSecond)} | ${f(r.p99Ms)} | ${r.non2xx} | ${r.delivered} / ${r.accepted} |`);
+          console.log(
+            `| ${r.build} | ${r.points} | ${r.round} | ${f(r.usPerPoint)} | ${f(r.split.javascript)} / ${f(r.split.librdkafka)} / ${f(r.split.other)} | ${f(r.usPerRequest, 1)} | ${Math.round(r.pointsPerSecond)} | ${f(r.p99Ms)} | ${r.non2xx} | ${r.delivered} / ${r.accepted} |`,
+          );
         }
       }
     }
@@ -272,13 +316,19 @@ try {
 for (const other of builds.slice(1)) {
   console.log(`\nratio this tree / ${other.name} (${other.entry}), µs CPU per point:`);
   for (const points of SHAPES) {
-    const of = (b: string) => rows.filter((r) => r.build === b && r.points === points).sort((a, b2) => a.round - b2.round).map((r) => r.usPerPoint);
+    const of = (b: string) =>
+      rows
+        .filter((r) => r.build === b && r.points === points)
+        .sort((a, b2) => a.round - b2.round)
+        .map((r) => r.usPerPoint);
     const ours = of('this tree');
     const theirs = of(other.name);
     const mean = (xs: number[]) => xs.reduce((a, x) => a + x, 0) / xs.length;
     const pairs = ours.map((x, i) => x / theirs[i]!).sort((a, b) => a - b);
     const median = pairs.length % 2 === 1 ? pairs[(pairs.length - 1) / 2]! : (pairs[pairs.length / 2 - 1]! + pairs[pairs.length / 2]!) / 2;
-    console.log(`  ${points} points per request: means ${f(mean(ours))} / ${f(mean(theirs))} = ${f(mean(ours) / mean(theirs))}; rounds' ratios median ${f(median)} (${f(pairs[0]!)} to ${f(pairs[pairs.length - 1]!)})`);
+    console.log(
+      `  ${points} points per request: means ${f(mean(ours))} / ${f(mean(theirs))} = ${f(mean(ours) / mean(theirs))}; rounds' ratios median ${f(median)} (${f(pairs[0]!)} to ${f(pairs[pairs.length - 1]!)})`,
+    );
   }
 }
 process.exit(rows.some((r) => r.delivered < r.accepted || (r.transactional && r.delivered > r.accepted)) ? 1 : 0);

@@ -72,7 +72,13 @@ const quantile = (sorted: number[], q: number) => sorted[Math.min(sorted.length 
  */
 function follow(topic: string) {
   const consumer = new Kafka.KafkaConsumer(
-    { 'metadata.broker.list': BROKERS, 'group.id': `bench-eos-${topic}`, 'enable.auto.commit': false, 'isolation.level': 'read_committed', 'fetch.wait.max.ms': 5 },
+    {
+      'metadata.broker.list': BROKERS,
+      'group.id': `bench-eos-${topic}`,
+      'enable.auto.commit': false,
+      'isolation.level': 'read_committed',
+      'fetch.wait.max.ms': 5,
+    },
     { 'auto.offset.reset': 'earliest' },
   );
   const delays: number[] = [];
@@ -115,7 +121,12 @@ async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: 
   const topic = await createTopic(`bench.${id}`);
   const exactlyOnce = which.startsWith('exactly once');
   if (exactlyOnce) await createTopic(`${topic}.positions`, 1, 1, { config: { 'cleanup.policy': 'compact' } });
-  const env: Record<string, string> = { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS: '2', ...(exactlyOnce ? { DELIVERY: 'exactly-once', INSTANCE_ID: id } : {}) };
+  const env: Record<string, string> = {
+    MQ_BROKERS: BROKERS,
+    MQ_TOPIC: topic,
+    WORKERS: '2',
+    ...(exactlyOnce ? { DELIVERY: 'exactly-once', INSTANCE_ID: id } : {}),
+  };
   const target = await startTarget('ours', await freePort(), env, which === 'exactly once, compared build' ? COMPARE : undefined);
   const bodyFile = join(dir, `${shapeName}.json`);
   const body = JSON.stringify(benchPoints(shape.points, id));
@@ -129,7 +140,8 @@ async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: 
   try {
     const attack = (seconds: number) => vegetaAttack(vegeta, { url: target.url, bodyFile, headers: {}, rate: shape.rate, seconds, dir });
     const points = (r: VegetaReport) => (r.status_codes['202'] ?? 0) * shape.points;
-    const paced = async (seconds: number) => (await pacedLoad({ url: target.url, path: '/track', body, connections: shape.connections, rate: shape.rate, seconds })).ok2xx * shape.points;
+    const paced = async (seconds: number) =>
+      (await pacedLoad({ url: target.url, path: '/track', body, connections: shape.connections, rate: shape.rate, seconds })).ok2xx * shape.points;
     const follower = read();
     const warm = await paced(WARMUP_SECONDS);
     follower.measureFrom(Date.now());
@@ -161,8 +173,12 @@ async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: 
 
 const ms = (ns: number) => (ns / 1e6).toFixed(2);
 
-console.log(`${cpuModel()}, Linux ${release()}, Node ${process.version}; the design load in two windows of ${SECONDS} s per row (the first paced and followed by a reader, the second vegeta's, the 202 alone) after ${WARMUP_SECONDS} s of warm-up, WORKERS=2, ${ROUNDS} rounds${COMPARE === undefined ? '' : `; compared build ${COMPARE}`}`);
-console.log('| shape | case | round | 202 p50 ms | 202 p99 ms | non-202 | visible to read_committed p50 / p99 / max ms | commit after the interval p50 / p99 ms | points found / accepted |');
+console.log(
+  `${cpuModel()}, Linux ${release()}, Node ${process.version}; the design load in two windows of ${SECONDS} s per row (the first paced and followed by a reader, the second vegeta's, the 202 alone) after ${WARMUP_SECONDS} s of warm-up, WORKERS=2, ${ROUNDS} rounds${COMPARE === undefined ? '' : `; compared build ${COMPARE}`}`,
+);
+console.log(
+  '| shape | case | round | 202 p50 ms | 202 p99 ms | non-202 | visible to read_committed p50 / p99 / max ms | commit after the interval p50 / p99 ms | points found / accepted |',
+);
 console.log('|---|---|---|---|---|---|---|---|---|');
 const rows: Row[] = [];
 for (let round = 1; round <= ROUNDS; round++) {
@@ -171,7 +187,9 @@ for (let round = 1; round <= ROUNDS; round++) {
       const r = await measure(shape, which, round);
       rows.push(r);
       const non202 = r.report.requests - (r.report.status_codes['202'] ?? 0);
-      console.log(`| ${r.shape} | ${r.case} | ${round} | ${ms(r.report.latencies['50th'])} | ${ms(r.report.latencies['99th'])} | ${non202} | ${r.visible.p50} / ${r.visible.p99} / ${r.visible.max} | ${r.commit === null ? '-' : `${r.commit.p50} / ${r.commit.p99}`} | ${r.found} / ${r.accepted} |`);
+      console.log(
+        `| ${r.shape} | ${r.case} | ${round} | ${ms(r.report.latencies['50th'])} | ${ms(r.report.latencies['99th'])} | ${non202} | ${r.visible.p50} / ${r.visible.p99} / ${r.visible.max} | ${r.commit === null ? '-' : `${r.commit.p50} / ${r.commit.p99}`} | ${r.found} / ${r.accepted} |`,
+      );
     }
   }
 }
@@ -184,6 +202,8 @@ for (const shape of SHAPES) {
 }
 const wrong = rows.filter((r) => r.found !== r.accepted);
 if (wrong.length > 0) {
-  console.log(`rows whose topic does not hold every accepted point once: ${wrong.map((r) => `${r.shape} ${r.case} round ${r.round}: ${r.found} / ${r.accepted}`).join('; ')}`);
+  console.log(
+    `rows whose topic does not hold every accepted point once: ${wrong.map((r) => `${r.shape} ${r.case} round ${r.round}: ${r.found} / ${r.accepted}`).join('; ')}`,
+  );
   process.exitCode = 1;
 }

@@ -127,8 +127,19 @@ type Handover = { batch: number } | 'produce()';
 /** librdkafka's statistics as the service has them (every STATS_INTERVAL_MS, each event parsed), or off. */
 type Statistics = 'as the service' | 'off';
 
-async function produce(topic: string, handover: Handover, reports: Reports, statistics: Statistics): Promise<{ js: number; librdkafka: number; total: number; reports: number }> {
-  const config = loadConfig({ ...process.env, MQ_BROKERS: BROKERS, MQ_TOPIC: topic, PRODUCER_QUEUE_MAX_POINTS: String(MESSAGES), PRODUCER_QUEUE_MAX_BYTES: String(1024 * MESSAGES) });
+async function produce(
+  topic: string,
+  handover: Handover,
+  reports: Reports,
+  statistics: Statistics,
+): Promise<{ js: number; librdkafka: number; total: number; reports: number }> {
+  const config = loadConfig({
+    ...process.env,
+    MQ_BROKERS: BROKERS,
+    MQ_TOPIC: topic,
+    PRODUCER_QUEUE_MAX_POINTS: String(MESSAGES),
+    PRODUCER_QUEUE_MAX_BYTES: String(1024 * MESSAGES),
+  });
   const settings = producerSettings(config, 'bench-floor');
   const global: Kafka.ProducerGlobalConfig = { ...settings.global };
   if (statistics === 'off') global['statistics.interval.ms'] = 0;
@@ -185,7 +196,7 @@ async function produce(topic: string, handover: Handover, reports: Reports, stat
   const threads1 = threadCpuSeconds();
   clearInterval(poll);
   await new Promise<void>((resolve) => producer.disconnect(() => resolve()));
-  if ((statisticsEvents > 0) !== (statistics === 'as the service')) throw new Error(`statistics ${statistics}, yet ${statisticsEvents} statistics events`);
+  if (statisticsEvents > 0 !== (statistics === 'as the service')) throw new Error(`statistics ${statistics}, yet ${statisticsEvents} statistics events`);
   let js = 0;
   let librdkafka = 0;
   for (const [name, seconds] of Object.entries(threads1)) {
@@ -193,9 +204,13 @@ async function produce(topic: string, handover: Handover, reports: Reports, stat
     if (name.startsWith('rdk:')) librdkafka += used;
     else js += used;
   }
-  return { js: js / MESSAGES, librdkafka: librdkafka / MESSAGES, total: (js + librdkafka) / MESSAGES, reports: reports === 'counted per tag' ? acknowledged : reported };
+  return {
+    js: js / MESSAGES,
+    librdkafka: librdkafka / MESSAGES,
+    total: (js + librdkafka) / MESSAGES,
+    reports: reports === 'counted per tag' ? acknowledged : reported,
+  };
 }
-
 
 /** Bare uWebSockets.js processes on one port (SO_REUSEPORT, as the service's workers), once each says it listens. */
 /** CPU per request of a bare uWebSockets.js process answering 202, under closed-loop load. */
@@ -204,7 +219,14 @@ async function httpFloor(): Promise<{ perRequest: number; requestsPerSecond: num
   const server = (await startBareHttp(port, 1, 0))[0]!;
   try {
     const point = JSON.stringify([{ container_id: 'floor-c1', lat: 51.9, lon: 4.4, timestamp: '2024-05-01T12:00:00.123Z', speed: 3 }]);
-    const opts = { url: `http://127.0.0.1:${port}/track`, method: 'POST' as const, body: point, headers: { 'content-type': 'application/json' }, connections: 32, pipelining: 1 };
+    const opts = {
+      url: `http://127.0.0.1:${port}/track`,
+      method: 'POST' as const,
+      body: point,
+      headers: { 'content-type': 'application/json' },
+      connections: 32,
+      pipelining: 1,
+    };
     await autocannon({ ...opts, duration: 1 }); // warm-up
     const cpu0 = cpuSeconds([server.pid!]);
     const r = await autocannon({ ...opts, duration: HTTP_SECONDS });
@@ -250,7 +272,9 @@ if (malloc.preload !== null && !runsOnJemalloc()) {
 
 async function measure(): Promise<void> {
   const f = (n: number) => n.toFixed(2);
-  console.log(`node ${process.version}, librdkafka ${Kafka.librdkafkaVersion}, malloc ${runsOnJemalloc() ? 'jemalloc' : 'system'} (WORKER_MALLOC, as the service's workers), ${POINTS}-point body of ${body.length} bytes`);
+  console.log(
+    `node ${process.version}, librdkafka ${Kafka.librdkafkaVersion}, malloc ${runsOnJemalloc() ? 'jemalloc' : 'system'} (WORKER_MALLOC, as the service's workers), ${POINTS}-point body of ${body.length} bytes`,
+  );
   // A body repeated again and again lets V8 answer every number-to-text conversion from its cache of
   // recent numbers; real traffic has new coordinates in every point (encode.ts, writeNumber).
   const distinctBodies = Array.from({ length: 500 }, () => Buffer.from(JSON.stringify(benchPoints(POINTS, 'floor', 'distinct'))));
@@ -281,7 +305,9 @@ async function measure(): Promise<void> {
   console.log(`    (encoding the 500 bodies of distinct coordinates in turn: ${f(distinctEncoding)})`);
   const topic = await createTopic(uniqueTopic('floor'));
   try {
-    console.log(`\nKafka client's producer, ${MESSAGES} messages, the service's settings, librdkafka's statistics every ${STATS_INTERVAL_MS} ms unless a row says off (µs of CPU per message):`);
+    console.log(
+      `\nKafka client's producer, ${MESSAGES} messages, the service's settings, librdkafka's statistics every ${STATS_INTERVAL_MS} ms unless a row says off (µs of CPU per message):`,
+    );
     const service: Statistics = 'as the service';
     const runs: { label: string; handover: Handover; reports: Reports; statistics: Statistics }[] = [
       { label: `produceBatch(), ${POINTS} a call, reports for failures only`, handover: { batch: POINTS }, reports: 'failures only', statistics: service },
@@ -293,7 +319,9 @@ async function measure(): Promise<void> {
       { label: `produceBatch(), ${POINTS} a call, failures only, statistics off`, handover: { batch: POINTS }, reports: 'failures only', statistics: 'off' },
     ];
     const warm = await produce(topic, runs[0]!.handover, runs[0]!.reports, runs[0]!.statistics);
-    console.log(`  ${'warm-up (not counted), as the first row'.padEnd(60)}: JavaScript thread ${f(warm.js)} + librdkafka threads ${f(warm.librdkafka)} = ${f(warm.total)}`);
+    console.log(
+      `  ${'warm-up (not counted), as the first row'.padEnd(60)}: JavaScript thread ${f(warm.js)} + librdkafka threads ${f(warm.librdkafka)} = ${f(warm.total)}`,
+    );
     const best = new Map<string, number>();
     for (const run of [...runs, ...runs]) {
       const r = await produce(topic, run.handover, run.reports, run.statistics);
@@ -303,19 +331,32 @@ async function measure(): Promise<void> {
     const low = best.get(runs[0]!.label)!;
     const lowSingle = best.get('produceBatch(), 1 a call, reports for failures only')!;
     const http = await httpFloor();
-    console.log(`\nHTTP alone (uWebSockets.js answering 202, 1-point bodies, 32 connections, ${HTTP_SECONDS} s): ${f(http.perRequest)} µs of CPU per request at ${Math.round(http.requestsPerSecond)} requests/s`);
-    console.log(`\nfloor per point at ${POINTS} points per request: single pass ${f(single)} + producer ${f(low)} + HTTP ${f(http.perRequest / POINTS)} = ${f(single + low + http.perRequest / POINTS)} µs of CPU`);
-    console.log(`floor per request at 1 point per request: HTTP ${f(http.perRequest)} + producer ${f(lowSingle)} = ${f(http.perRequest + lowSingle)} µs of CPU (stages not included)`);
+    console.log(
+      `\nHTTP alone (uWebSockets.js answering 202, 1-point bodies, 32 connections, ${HTTP_SECONDS} s): ${f(http.perRequest)} µs of CPU per request at ${Math.round(http.requestsPerSecond)} requests/s`,
+    );
+    console.log(
+      `\nfloor per point at ${POINTS} points per request: single pass ${f(single)} + producer ${f(low)} + HTTP ${f(http.perRequest / POINTS)} = ${f(single + low + http.perRequest / POINTS)} µs of CPU`,
+    );
+    console.log(
+      `floor per request at 1 point per request: HTTP ${f(http.perRequest)} + producer ${f(lowSingle)} = ${f(http.perRequest + lowSingle)} µs of CPU (stages not included)`,
+    );
     const workers = loadConfig(process.env).workers;
     const { connections, rate } = DESIGN_LOAD['10000×1'];
-    console.log(`\nthe tail at the design load of 1-point requests (${rate} requests/s paced over ${connections} connections, ${TAIL_SECONDS} s) of ${workers} bare uWebSockets.js processes, busy a while per request as a service's own work:`);
+    console.log(
+      `\nthe tail at the design load of 1-point requests (${rate} requests/s paced over ${connections} connections, ${TAIL_SECONDS} s) of ${workers} bare uWebSockets.js processes, busy a while per request as a service's own work:`,
+    );
     const interval = loadConfig(process.env).journalSyncIntervalMs;
     for (const commit of [false, true]) {
-      if (commit) console.log(`the same, each answer after an fdatasync of its record (the service's group commit, at most one every ${interval} ms): the floor of JOURNAL_SYNC=disk`);
+      if (commit)
+        console.log(
+          `the same, each answer after an fdatasync of its record (the service's group commit, at most one every ${interval} ms): the floor of JOURNAL_SYNC=disk`,
+        );
       for (const workUs of TAIL_WORK_US) {
         const { load, perRequest } = await designTail(workUs, workers, commit);
         const l = load.latencyMs;
-        console.log(`  busy ${String(workUs).padStart(3)} µs: ${f(perRequest)} µs of CPU per request, p50 ${f(l.p50)} p99 ${f(l.p99)} p99.9 ${f(l.p999)} max ${f(l.max)} ms, ${load.queued} requests waited for a connection, ${load.non2xx + load.errors} not answered 2xx`);
+        console.log(
+          `  busy ${String(workUs).padStart(3)} µs: ${f(perRequest)} µs of CPU per request, p50 ${f(l.p50)} p99 ${f(l.p99)} p99.9 ${f(l.p999)} max ${f(l.max)} ms, ${load.queued} requests waited for a connection, ${load.non2xx + load.errors} not answered 2xx`,
+        );
       }
     }
   } finally {

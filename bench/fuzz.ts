@@ -26,9 +26,7 @@ const int = (n: number) => Math.floor(rand() * n);
 const pick = <T>(xs: readonly T[]): T => xs[int(xs.length)]!;
 
 const valid = (n: number) =>
-  JSON.stringify(
-    Array.from({ length: n }, (_, i) => ({ container_id: `fuzz-${i % 7}`, lat: 51.9, lon: 4.4, timestamp: '2024-05-01T12:00:00Z', speed: i })),
-  );
+  JSON.stringify(Array.from({ length: n }, (_, i) => ({ container_id: `fuzz-${i % 7}`, lat: 51.9, lon: 4.4, timestamp: '2024-05-01T12:00:00Z', speed: i })));
 const weird = ['1e400', '-0', '-1e-400', '9007199254740993', 'null', 'true', '"51.9"', '[]', '{}', 'NaN', '0x10', '.5', '1.', '-', '""'];
 
 function body(i: number): Buffer {
@@ -60,11 +58,24 @@ function body(i: number): Buffer {
     case 8:
       return Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(valid(1))]);
     case 9:
-      return Buffer.concat([Buffer.from('[{"container_id":"'), Buffer.from([0xc3, 0x28, 0xa0, 0xa1, 0xf0, 0x28, 0x8c, 0xbc]), Buffer.from('","lat":1,"lon":1,"timestamp":"2024-05-01T12:00:00Z"}]')]);
+      return Buffer.concat([
+        Buffer.from('[{"container_id":"'),
+        Buffer.from([0xc3, 0x28, 0xa0, 0xa1, 0xf0, 0x28, 0x8c, 0xbc]),
+        Buffer.from('","lat":1,"lon":1,"timestamp":"2024-05-01T12:00:00Z"}]'),
+      ]);
     case 10:
       return Buffer.alloc(MAX_BODY_BYTES + 1 + int(MAX_BODY_BYTES), 0x20);
     default:
-      return Buffer.from(JSON.stringify(Array.from({ length: int(5) }, () => ({ container_id: pick([1, null, '', 'x'.repeat(65), 'ok']), lat: pick([91, -0, 'x', null]), lon: 1, timestamp: pick(['2024-02-30T00:00:00Z', 'now', 5]) }))));
+      return Buffer.from(
+        JSON.stringify(
+          Array.from({ length: int(5) }, () => ({
+            container_id: pick([1, null, '', 'x'.repeat(65), 'ok']),
+            lat: pick([91, -0, 'x', null]),
+            lon: 1,
+            timestamp: pick(['2024-02-30T00:00:00Z', 'now', 5]),
+          })),
+        ),
+      );
   }
 }
 
@@ -124,11 +135,18 @@ async function main() {
   const workerNow = processTree(svc.proc.pid!).find((p) => p !== svc.proc.pid);
   const metrics = await (await fetch(`${svc.url}/metrics`)).text();
   const restarts = /^ingest_worker_restarts_total (\d+)/m.exec(metrics)?.[1];
-  curve.push(`${String(TOTAL).padStart(8)} bodies  ${String(Math.round((Date.now() - t0) / 1000)).padStart(4)} s  worker RSS ${Math.round(rssKb(worker) / 1024)} MiB`);
+  curve.push(
+    `${String(TOTAL).padStart(8)} bodies  ${String(Math.round((Date.now() - t0) / 1000)).padStart(4)} s  worker RSS ${Math.round(rssKb(worker) / 1024)} MiB`,
+  );
   const code = await svc.stop();
   await deleteTopic(topic);
   console.log(`\nfuzz: ${TOTAL} bodies (seed ${process.env.FUZZ_SEED ?? 42}) in ${Math.round((Date.now() - t0) / 1000)} s`);
-  console.log(`statuses: ${[...statuses].sort().map(([s, n]) => `${s}×${n}`).join(' ')}`);
+  console.log(
+    `statuses: ${[...statuses]
+      .sort()
+      .map(([s, n]) => `${s}×${n}`)
+      .join(' ')}`,
+  );
   console.log(`answers that were not a JSON 202/400/413/415: ${bad}; connection errors: ${errors}`);
   console.log(`worker pid ${worker} → ${workerNow} (same: ${worker === workerNow}); ingest_worker_restarts_total ${restarts}; service exit ${code}`);
   console.log('RSS curve:\n' + curve.join('\n'));

@@ -54,7 +54,10 @@ const POINTS = envNumber('GW_POINTS', 1);
 const DIRECT = env.GW_DIRECT !== '0';
 const FLOOR = env.GW_FLOOR !== '0';
 const MAX_WORKERS = env.GW_MAX_WORKERS === undefined ? undefined : Number(env.GW_MAX_WORKERS);
-const VARIANTS = (env.GW_VARIANTS ?? 'default').split(';').map((v) => v.trim()).filter(Boolean);
+const VARIANTS = (env.GW_VARIANTS ?? 'default')
+  .split(';')
+  .map((v) => v.trim())
+  .filter(Boolean);
 const RUN_ID = `g${Date.now().toString(36)}`;
 const IDEMPOTENCY = env.GW_IDEMPOTENCY === '1';
 const LOAD = env.GW_LOAD ?? 'vegeta';
@@ -93,7 +96,9 @@ function fromVegeta(report: VegetaReport, cpu: number): Load {
     sentPerS: report.rate,
     okPerS: report.throughput,
     not202: report.requests - (report.status_codes['202'] ?? 0),
-    codes: Object.entries(report.status_codes).map(([c, k]) => `${c}×${k}`).join(' '),
+    codes: Object.entries(report.status_codes)
+      .map(([c, k]) => `${c}×${k}`)
+      .join(' '),
     latency: { p50: nsToMs(l['50th']), p99: nsToMs(l['99th']), p999: nsToMs(l['99.9th']), max: nsToMs(l.max) },
     cpu,
   };
@@ -122,7 +127,16 @@ async function attack(vegeta: string, a: Attack): Promise<Load> {
   }
   // The paced generator runs in a worker thread of this process: its CPU is this process's.
   const before = process.cpuUsage();
-  const result = await pacedLoad({ url: a.url, path: '/track', body: a.body, headers: a.headers, uniqueHeader: a.uniqueHeader, connections: CONNECTIONS, rate: a.rate, seconds: a.seconds });
+  const result = await pacedLoad({
+    url: a.url,
+    path: '/track',
+    body: a.body,
+    headers: a.headers,
+    uniqueHeader: a.uniqueHeader,
+    connections: CONNECTIONS,
+    rate: a.rate,
+    seconds: a.seconds,
+  });
   const used = process.cpuUsage(before);
   return fromPaced(result, a.seconds, (used.user + used.system) / 1e6);
 }
@@ -154,8 +168,11 @@ async function main(): Promise<void> {
   const topic = await createTopic(`bench.${RUN_ID}.gateway`);
   const service = await startTarget('ours', await freePort(), { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS: '2' });
   const servicePids = processTree(service.proc.pid!);
-  const generator = LOAD === 'paced' ? `paced, ${CONNECTIONS} connections` : `vegeta, open loop${MAX_WORKERS === undefined ? '' : `, -max-workers=${MAX_WORKERS}`}`;
-  console.log(`bench-gateway: ${RATE} requests/s of ${POINTS} point(s), ${SECONDS} s a row (${generator}), ${ROUNDS} round(s), the service with 2 workers on ${service.url}; ${cpuModel()}, Linux ${release()}; ${new Date().toISOString()}`);
+  const generator =
+    LOAD === 'paced' ? `paced, ${CONNECTIONS} connections` : `vegeta, open loop${MAX_WORKERS === undefined ? '' : `, -max-workers=${MAX_WORKERS}`}`;
+  console.log(
+    `bench-gateway: ${RATE} requests/s of ${POINTS} point(s), ${SECONDS} s a row (${generator}), ${ROUNDS} round(s), the service with 2 workers on ${service.url}; ${cpuModel()}, Linux ${release()}; ${new Date().toISOString()}`,
+  );
   const rows: Row[] = [];
   const targets: Target[] = [];
   const stops: (() => Promise<void>)[] = [];
@@ -183,7 +200,11 @@ async function main(): Promise<void> {
   // header, then with it when GW_IDEMPOTENCY=1). One fleet's key, with a limit far above the load:
   // every request is looked up and counted, none refused.
   const addGateway = async (name: string, opts: { root?: string; env?: Record<string, string>; keyedOnly?: boolean }) => {
-    const gateway = await startGateway({ upstream: new URL(service.url).host, root: opts.root, env: { GATEWAY_RATE_LIMIT: '1000000', GATEWAY_WORKERS: 'auto', ...opts.env } });
+    const gateway = await startGateway({
+      upstream: new URL(service.url).host,
+      root: opts.root,
+      env: { GATEWAY_RATE_LIMIT: '1000000', GATEWAY_WORKERS: 'auto', ...opts.env },
+    });
     stops.push(async () => {
       await gateway.stop();
       rmSync(gateway.runDir, { recursive: true, force: true });
@@ -206,7 +227,12 @@ async function main(): Promise<void> {
     if (DIRECT) targets.push({ name: 'direct', url: service.url, headers: {}, keyed: false, redisPid: null });
     if (PROXY) {
       const upstream = new URL(service.url).host;
-      const proxy = await startNginx(dir, 'proxy', PLAIN_PROXY, `upstream service { server ${upstream} max_fails=0; keepalive 64; keepalive_timeout 4s; keepalive_requests 100000; }`);
+      const proxy = await startNginx(
+        dir,
+        'proxy',
+        PLAIN_PROXY,
+        `upstream service { server ${upstream} max_fails=0; keepalive 64; keepalive_timeout 4s; keepalive_requests 100000; }`,
+      );
       stops.push(proxy.stop);
       targets.push({ name: 'plain proxy: nginx proxy_pass, no Lua', url: proxy.url, headers: {}, keyed: false, nginxPid: proxy.pid, redisPid: null });
     }
@@ -214,8 +240,14 @@ async function main(): Promise<void> {
     if (IDEMPOTENCY_FLOOR) {
       const luaDir = join(dir, 'floor-lua');
       mkdirSync(luaDir);
-      writeFileSync(join(luaDir, 'track_gateway.lua'), idempotencyFloorLua(readFileSync(new URL('../../deploy/gateway/lua/track_gateway.lua', import.meta.url), 'utf8')));
-      await addGateway('floor: a gateway that only writes each key (SET NX) and waits, Idempotency-Key on every request', { env: { GATEWAY_LUA_DIR: luaDir }, keyedOnly: true });
+      writeFileSync(
+        join(luaDir, 'track_gateway.lua'),
+        idempotencyFloorLua(readFileSync(new URL('../../deploy/gateway/lua/track_gateway.lua', import.meta.url), 'utf8')),
+      );
+      await addGateway('floor: a gateway that only writes each key (SET NX) and waits, Idempotency-Key on every request', {
+        env: { GATEWAY_LUA_DIR: luaDir },
+        keyedOnly: true,
+      });
     }
     for (const variant of VARIANTS) await addGateway(`gateway ${variant}`, { env: parseVariant(variant) });
     // Alternating: every target once a round, the order reversed every other round, so that a drift
@@ -229,12 +261,16 @@ async function main(): Promise<void> {
     await deleteTopic(topic);
     rmSync(dir, { recursive: true, force: true });
   }
-  console.log(`\n| round | row | rate sent / held (202 per s) | p50 | p99 | p99.9 | max | not 202 | nginx µs/request | Redis µs/request | service µs/request | ${LOAD} µs/request |`);
+  console.log(
+    `\n| round | row | rate sent / held (202 per s) | p50 | p99 | p99.9 | max | not 202 | nginx µs/request | Redis µs/request | service µs/request | ${LOAD} µs/request |`,
+  );
   console.log('|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const { name, round, load, cpu } of rows) {
     const n = load.requests;
     const l = load.latency;
-    console.log(`| ${round} | ${name} | ${Math.round(load.sentPerS)} / ${Math.round(load.okPerS)} | ${ms(l.p50)} ms | ${ms(l.p99)} ms | ${ms(l.p999)} ms | ${ms(l.max)} ms | ${load.not202} | ${us(cpu.nginx, n)} | ${us(cpu.redis, n)} | ${us(cpu.service, n)} | ${us(load.cpu, n)} |`);
+    console.log(
+      `| ${round} | ${name} | ${Math.round(load.sentPerS)} / ${Math.round(load.okPerS)} | ${ms(l.p50)} ms | ${ms(l.p99)} ms | ${ms(l.p999)} ms | ${ms(l.max)} ms | ${load.not202} | ${us(cpu.nginx, n)} | ${us(cpu.redis, n)} | ${us(cpu.service, n)} | ${us(load.cpu, n)} |`,
+    );
   }
   printRatios(rows);
 }
@@ -269,12 +305,15 @@ function printRatios(rows: readonly Row[]): void {
   const names = [...new Set(rows.filter((r) => r.name.startsWith('gateway ') && !r.name.startsWith('gateway of ')).map((r) => r.name))];
   if (names.length === 0) return;
   const of = (round: number, pick: (name: string) => boolean) => rows.find((r) => r.round === round && pick(r.name));
-  console.log('\nnginx + Redis CPU a request, ratios: measured / over the generator\'s CPU, by round; then the median of the latter');
+  console.log("\nnginx + Redis CPU a request, ratios: measured / over the generator's CPU, by round; then the median of the latter");
   for (const name of names) {
     const keyed = name.includes('Idempotency-Key');
     const against: [string, (n: string) => boolean][] = [
       ['the plain proxy', (n) => n.startsWith('plain proxy')],
-      ...COMPARE_ROOTS.map((root): [string, (n: string) => boolean] => [root, (n) => n.startsWith(`gateway of ${root}`) && n.includes('Idempotency-Key') === keyed]),
+      ...COMPARE_ROOTS.map((root): [string, (n: string) => boolean] => [
+        root,
+        (n) => n.startsWith(`gateway of ${root}`) && n.includes('Idempotency-Key') === keyed,
+      ]),
     ];
     console.log(`  ${name}:`);
     for (const [label, pick] of against) {
@@ -307,7 +346,12 @@ function idempotencyFloorLua(source: string): string {
     if (start < 0 || end < 0) throw new Error(`GW_IDEMPOTENCY_FLOOR: track_gateway.lua has no "${from}" followed by "${to}"; update idempotencyFloorLua`);
     return text.slice(0, start) + replacement + text.slice(end);
   };
-  let lua = cut(source, 'local function idempotency_access(bucket, key)', '--- body_filter of /track', 'local function idempotency_access(bucket, key)\n  idem_call("reserve", IDEM_PREFIX .. bucket .. ":" .. key, "p")\nend\n\n');
+  let lua = cut(
+    source,
+    'local function idempotency_access(bucket, key)',
+    '--- body_filter of /track',
+    'local function idempotency_access(bucket, key)\n  idem_call("reserve", IDEM_PREFIX .. bucket .. ":" .. key, "p")\nend\n\n',
+  );
   lua = cut(lua, 'function M.idempotency_body()', '--- A 202 is kept', 'function M.idempotency_body() end\n\n');
   lua = cut(lua, 'function M.idempotency_done()', 'function M.access()', 'function M.idempotency_done() end\n\n');
   return lua;
@@ -337,7 +381,15 @@ http { access_log off; client_body_temp_path ${dir}; proxy_temp_path ${dir}; ${h
   );
   const proc = spawn('nginx', ['-p', dir, '-c', conf], { stdio: 'inherit' });
   const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 50 && !(await fetch(url).then(() => true).catch(() => false)); i++) await new Promise((r) => setTimeout(r, 100));
+  for (
+    let i = 0;
+    i < 50 &&
+    !(await fetch(url)
+      .then(() => true)
+      .catch(() => false));
+    i++
+  )
+    await new Promise((r) => setTimeout(r, 100));
   return {
     url,
     pid: proc.pid!,

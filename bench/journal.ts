@@ -28,10 +28,13 @@ const RECORDS: Record<number, number> = { 1: Number(env.JOURNAL_RECORDS_1 ?? 200
 const builds: { name: string; Journal: JournalClass }[] = [
   { name: 'this tree', Journal: (await import('../src/journal/journal.js')).Journal },
   ...(await Promise.all(
-    (env.JOURNAL_COMPARE ?? '').split(',').filter(Boolean).map(async (path, i) => ({
-      name: `compared${i === 0 ? '' : ` ${i + 1}`} (${path})`,
-      Journal: ((await import(pathToFileURL(resolve(path)).href)) as { Journal: JournalClass }).Journal,
-    })),
+    (env.JOURNAL_COMPARE ?? '')
+      .split(',')
+      .filter(Boolean)
+      .map(async (path, i) => ({
+        name: `compared${i === 0 ? '' : ` ${i + 1}`} (${path})`,
+        Journal: ((await import(pathToFileURL(resolve(path)).href)) as { Journal: JournalClass }).Journal,
+      })),
   )),
 ];
 
@@ -68,7 +71,9 @@ function measure(Journal: JournalClass, sync: 'process' | 'disk', batch: Journal
   }
 }
 
-console.log(`the journal alone (append, acknowledged, marks every 10 records), Node ${process.version}, ${ROUNDS} rounds, builds alternating; µs of CPU per point`);
+console.log(
+  `the journal alone (append, acknowledged, marks every 10 records), Node ${process.version}, ${ROUNDS} rounds, builds alternating; µs of CPU per point`,
+);
 console.log('| mode | points per request | round | ' + builds.map((b) => b.name).join(' | ') + ' |');
 console.log('|---|---|---|' + builds.map(() => '---|').join(''));
 const results = new Map<string, number[]>();
@@ -86,10 +91,15 @@ for (const sync of ['process', 'disk'] as const) {
 }
 if (builds.length > 1) {
   console.log('\nratio this tree / each compared build, the median of the rounds:');
-    for (const sync of ['process', 'disk']) {
+  for (const sync of ['process', 'disk']) {
     for (const points of [100, 1]) {
       const ours = median(results.get(`${sync}|${points}|this tree`)!);
-      const ratios = builds.slice(1).map((b) => `${(ours / median(results.get(`${sync}|${points}|${b.name}`)!)).toFixed(3)} (${ours.toFixed(3)} / ${median(results.get(`${sync}|${points}|${b.name}`)!).toFixed(3)})`);
+      const ratios = builds
+        .slice(1)
+        .map(
+          (b) =>
+            `${(ours / median(results.get(`${sync}|${points}|${b.name}`)!)).toFixed(3)} (${ours.toFixed(3)} / ${median(results.get(`${sync}|${points}|${b.name}`)!).toFixed(3)})`,
+        );
       console.log(`  ${sync}, ${points} points per request: ${ratios.join(', ')}`);
     }
   }

@@ -71,9 +71,18 @@ interface Row {
  * Both loads for SECONDS, after the valid one's warm-up (then `warmedUp`): the valid one against
  * `url`, the flood against `floodUrl` (null: no flood).
  */
-async function load(url: string, body: string, shape: (typeof DESIGN_LOAD)[keyof typeof DESIGN_LOAD], floodUrl: string | null, warmedUp = async () => {}): Promise<[PacedResult, PacedResult | null]> {
+async function load(
+  url: string,
+  body: string,
+  shape: (typeof DESIGN_LOAD)[keyof typeof DESIGN_LOAD],
+  floodUrl: string | null,
+  warmedUp = async () => undefined,
+): Promise<[PacedResult, PacedResult | null]> {
   const valid = { url, path: '/track', body, connections: shape.connections, rate: shape.rate };
-  const flood = (seconds: number) => (floodUrl === null ? Promise.resolve(null) : pacedLoad({ url: floodUrl, path: '/track', body: INVALID, connections: FLOOD_CONNECTIONS, rate: FLOOD_RATE, seconds }));
+  const flood = (seconds: number) =>
+    floodUrl === null
+      ? Promise.resolve(null)
+      : pacedLoad({ url: floodUrl, path: '/track', body: INVALID, connections: FLOOD_CONNECTIONS, rate: FLOOD_RATE, seconds });
   await Promise.all([pacedLoad({ ...valid, seconds: WARMUP_SECONDS }), WARM_FLOOD ? flood(WARMUP_SECONDS) : null]);
   await warmedUp();
   return Promise.all([pacedLoad({ ...valid, seconds: SECONDS }), flood(SECONDS)]);
@@ -97,7 +106,12 @@ async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: 
   const shape = DESIGN_LOAD[shapeName];
   const id = `flood${Date.now().toString(36)}`;
   const topic = await createTopic(`bench.${id}`);
-  const env: Record<string, string> = { MQ_BROKERS: BROKERS, MQ_TOPIC: topic, WORKERS: '2', ...(which === 'flood, topic off' ? {} : { MQ_REFUSED_TOPIC: REFUSED_TOPIC }) };
+  const env: Record<string, string> = {
+    MQ_BROKERS: BROKERS,
+    MQ_TOPIC: topic,
+    WORKERS: '2',
+    ...(which === 'flood, topic off' ? {} : { MQ_REFUSED_TOPIC: REFUSED_TOPIC }),
+  };
   const target = await startTarget('ours', await freePort(), env);
   // flood elsewhere: a bare uWebSockets.js process takes the flood (one: the service's 2 workers take the valid load).
   const elsewhere = which === 'flood elsewhere' ? await freePort() : null;
@@ -131,8 +145,12 @@ async function measure(shapeName: keyof typeof DESIGN_LOAD, which: Case, round: 
 const CASES = ALL_CASES.filter((_, i) => CHOSEN.includes(i + 1));
 
 await createTopic(REFUSED_TOPIC).catch(() => undefined); // there already: fine
-console.log(`${cpuModel()}, Linux ${release()}, Node ${process.version}; design load paced, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up, WORKERS=2; flood: ${FLOOD_RATE} invalid requests/s on ${FLOOD_CONNECTIONS} connections; ${ROUNDS} rounds`);
-console.log('| shape | case | round | valid p50 ms | valid p99 ms | valid non-2xx | valid requests delivered / accepted | flood requests | flood answers | refused written / over the rate |');
+console.log(
+  `${cpuModel()}, Linux ${release()}, Node ${process.version}; design load paced, ${SECONDS} s per row after ${WARMUP_SECONDS} s of warm-up, WORKERS=2; flood: ${FLOOD_RATE} invalid requests/s on ${FLOOD_CONNECTIONS} connections; ${ROUNDS} rounds`,
+);
+console.log(
+  '| shape | case | round | valid p50 ms | valid p99 ms | valid non-2xx | valid requests delivered / accepted | flood requests | flood answers | refused written / over the rate |',
+);
 console.log('|---|---|---|---|---|---|---|---|---|---|');
 const rows: Row[] = [];
 for (let round = 1; round <= ROUNDS; round++) {
@@ -142,7 +160,9 @@ for (let round = 1; round <= ROUNDS; round++) {
       rows.push(r);
       const f = r.flood;
       const bare = r.delivered === null;
-      console.log(`| ${r.shape} | ${r.case} | ${round} | ${r.valid.latencyMs.p50.toFixed(2)} | ${r.valid.latencyMs.p99.toFixed(2)} | ${r.valid.non2xx + r.valid.errors} | ${bare ? '-' : `${r.delivered} / ${r.valid.ok2xx}`} | ${f === null ? '-' : f.requests} | ${f === null ? '-' : `non-2xx ×${f.non2xx}, 2xx ×${f.ok2xx}, errors ${f.errors}`} | ${bare ? '-' : `${r.written} / ${r.overRate}`} |`);
+      console.log(
+        `| ${r.shape} | ${r.case} | ${round} | ${r.valid.latencyMs.p50.toFixed(2)} | ${r.valid.latencyMs.p99.toFixed(2)} | ${r.valid.non2xx + r.valid.errors} | ${bare ? '-' : `${r.delivered} / ${r.valid.ok2xx}`} | ${f === null ? '-' : f.requests} | ${f === null ? '-' : `non-2xx ×${f.non2xx}, 2xx ×${f.ok2xx}, errors ${f.errors}`} | ${bare ? '-' : `${r.written} / ${r.overRate}`} |`,
+      );
     }
   }
 }
@@ -154,7 +174,9 @@ for (const shape of SHAPES) {
   };
   const [none, on, off, bareNone, bareFlood, elsewhere] = ALL_CASES.map(p99) as [number, number, number, number, number, number];
   const delta = (a: number, b: number) => `${a.toFixed(2)} (${a - b >= 0 ? '+' : ''}${(a - b).toFixed(2)})`;
-  console.log(`  ${shape}: no flood ${none.toFixed(2)}, flood with the topic ${delta(on, none)}, flood without it ${delta(off, none)}, flood sent to a bare server beside the service ${delta(elsewhere, none)}; bare servers: no flood ${bareNone.toFixed(2)}, flood ${delta(bareFlood, bareNone)}`);
+  console.log(
+    `  ${shape}: no flood ${none.toFixed(2)}, flood with the topic ${delta(on, none)}, flood without it ${delta(off, none)}, flood sent to a bare server beside the service ${delta(elsewhere, none)}; bare servers: no flood ${bareNone.toFixed(2)}, flood ${delta(bareFlood, bareNone)}`,
+  );
 }
 const lost = rows.filter((r) => r.delivered !== null && r.delivered < r.valid.ok2xx);
 if (lost.length > 0) {

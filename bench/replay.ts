@@ -51,15 +51,22 @@ try {
   await target.stop();
   const found = await consumeAll(topic, { expected: POINTS, timeoutMs: 120_000, idleMs: 2_000 });
   console.log(`journal of ${POINTS} points in ${POINTS / BATCH} records of ${BATCH} (${bytes} bytes, ${(bytes / POINTS).toFixed(1)} bytes per point)`);
-  console.log(`produced again and acknowledged in ${seconds.toFixed(2)} s from the service's start: ${Math.round(POINTS / seconds)} points/s (start-up included)`);
+  console.log(
+    `produced again and acknowledged in ${seconds.toFixed(2)} s from the service's start: ${Math.round(POINTS / seconds)} points/s (start-up included)`,
+  );
   console.log(`${found.length} messages in Kafka`);
   if (found.length < POINTS) process.exitCode = 1;
 
   const drainStarted = performance.now();
-  const drain = spawnSync(process.execPath, ['dist/src/main.js', 'drain'], { env: { ...process.env, MQ_TOPIC: drainTopic, JOURNAL_DIR: drainDir, LOG_LEVEL: 'warn' }, encoding: 'utf8' });
+  const drain = spawnSync(process.execPath, ['dist/src/main.js', 'drain'], {
+    env: { ...process.env, MQ_TOPIC: drainTopic, JOURNAL_DIR: drainDir, LOG_LEVEL: 'warn' },
+    encoding: 'utf8',
+  });
   const drainSeconds = (performance.now() - drainStarted) / 1000;
   const drained = await consumeAll(drainTopic, { expected: POINTS, timeoutMs: 120_000, idleMs: 2_000 });
-  console.log(`drain of the same journal: exit ${drain.status} in ${drainSeconds.toFixed(2)} s from its start to its exit: ${Math.round(POINTS / drainSeconds)} points/s (start-up included)`);
+  console.log(
+    `drain of the same journal: exit ${drain.status} in ${drainSeconds.toFixed(2)} s from its start to its exit: ${Math.round(POINTS / drainSeconds)} points/s (start-up included)`,
+  );
   console.log(drain.stdout.trim());
   console.log(`${drained.length} messages in Kafka`);
   if (drain.status !== 0 || drained.length < POINTS) process.exitCode = 1;

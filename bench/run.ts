@@ -83,7 +83,13 @@ async function load(url: string, payload: string, shape: Shape, seconds: number,
       const errors = report.status_codes['0'] ?? 0;
       const ms = (ns: number) => ns / 1e6;
       const l = report.latencies;
-      return { requests: report.requests, ok2xx, non2xx: report.requests - ok2xx - errors, errors, latencyMs: { p50: ms(l['50th']), p90: ms(l['90th']), p99: ms(l['99th']), p999: ms(l['99.9th']), max: ms(l.max) } };
+      return {
+        requests: report.requests,
+        ok2xx,
+        non2xx: report.requests - ok2xx - errors,
+        errors,
+        latencyMs: { p50: ms(l['50th']), p90: ms(l['90th']), p99: ms(l['99th']), p999: ms(l['99.9th']), max: ms(l.max) },
+      };
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -249,19 +255,36 @@ async function main() {
     'load generator': `design load: evenly paced open loop (bench/lib/paced-load.ts), one worker thread${DESIGN_AUTOCANNON ? ', and autocannon overallRate for comparison' : ''}${DESIGN_GATEWAY ? '; once more through the reference gateway (nginx + Lua + Redis, deploy/gateway)' : ''}${DESIGN_VEGETA ? '; and with vegeta (open loop, github.com/tsenart/vegeta), direct and through the gateway' : ''}; saturation: autocannon, ${LOAD_THREADS} worker thread(s), pipelining 1; both in this runner's process`,
     note: 'load generator, service and broker share the machine: compare ratios and CPU per point, not absolute rates',
   };
-  console.log(Object.entries(meta).map(([k, v]) => `${k}: ${v}`).join('\n'));
+  console.log(
+    Object.entries(meta)
+      .map(([k, v]) => `${k}: ${v}`)
+      .join('\n'),
+  );
 
   const shapes: Shape[] = [];
   if (ONLY !== 'saturation') {
-    for (const [name, shape] of Object.entries(DESIGN_LOAD)) shapes.push({ name: `design ${name}`, kind: 'design', ...shape, seconds: DESIGN_SECONDS, generator: 'paced' });
+    for (const [name, shape] of Object.entries(DESIGN_LOAD))
+      shapes.push({ name: `design ${name}`, kind: 'design', ...shape, seconds: DESIGN_SECONDS, generator: 'paced' });
   }
   if (ONLY !== 'design') {
-    for (const b of BATCHES) shapes.push({ name: `batch ${b}`, kind: 'saturation', points: b, connections: b >= 1000 ? 8 : 32, rate: null, seconds: SAT_SECONDS, generator: 'autocannon' });
+    for (const b of BATCHES)
+      shapes.push({
+        name: `batch ${b}`,
+        kind: 'saturation',
+        points: b,
+        connections: b >= 1000 ? 8 : 32,
+        rate: null,
+        seconds: SAT_SECONDS,
+        generator: 'autocannon',
+      });
   }
   const results: ScenarioResult[] = [];
   for (const shape of shapes) {
     console.log(`${shape.name}:`);
-    const impls = shape.kind === 'design' ? [{ impl: 'ours' as Impl, workers: config.workers }, ...(DESIGN_BASELINE ? [{ impl: 'baseline' as Impl, workers: 1 }] : [])] : IMPLS;
+    const impls =
+      shape.kind === 'design'
+        ? [{ impl: 'ours' as Impl, workers: config.workers }, ...(DESIGN_BASELINE ? [{ impl: 'baseline' as Impl, workers: 1 }] : [])]
+        : IMPLS;
     for (const { impl, workers } of impls) results.push(await runScenario(impl, workers, shape));
     if (shape.kind === 'design' && DESIGN_GATEWAY) results.push(await runScenario('ours', config.workers, shape, 'gateway'));
     if (shape.kind === 'design' && DESIGN_AUTOCANNON) results.push(await runScenario('ours', config.workers, { ...shape, generator: 'autocannon' }));

@@ -59,7 +59,7 @@ async function producer(topic: string, commitMs: number): Promise<Measured> {
   });
   const settings = producerSettings(config, `bench-txf-${process.pid}`, exactlyOnce ? `bench-txf-${process.pid}` : null);
   const kafka = new Kafka.Producer(settings.global, settings.topic);
-  kafka.on('event.stats', () => {});
+  kafka.on('event.stats', () => undefined);
   await new Promise<void>((resolve, reject) => kafka.connect({}, (err) => (err ? reject(err) : resolve())));
   let acknowledged = 0;
   const countAcks = () => {
@@ -125,7 +125,13 @@ async function producer(topic: string, commitMs: number): Promise<Measured> {
   await new Promise<void>((resolve) => kafka.disconnect(() => resolve()));
   // A floor whose messages did not all arrive measured less work than the service does.
   if (acknowledged !== sent) throw new Error(`${acknowledged} of ${sent} messages acknowledged by Kafka`);
-  return { mode: exactlyOnce ? `exactly once, commit every ${commitMs} ms` : 'default', messages, usPerMessage: ((cpu1 - cpu0) * 1e6) / messages, sent, acknowledged };
+  return {
+    mode: exactlyOnce ? `exactly once, commit every ${commitMs} ms` : 'default',
+    messages,
+    usPerMessage: ((cpu1 - cpu0) * 1e6) / messages,
+    sent,
+    acknowledged,
+  };
 }
 
 /** Runs this file as a child producer; its JSON line. */
@@ -142,7 +148,9 @@ function child(topic: string, commitMs: number): Promise<Measured> {
 }
 
 async function main(): Promise<void> {
-  console.log(`bench-transactions-floor: ${RATE} one-point requests/s a producer, ${SECONDS} s after ${WARMUP_SECONDS} s, ${ROUNDS} rounds; ${cpuModel()}, Linux ${release()}, Node ${process.versions.node}`);
+  console.log(
+    `bench-transactions-floor: ${RATE} one-point requests/s a producer, ${SECONDS} s after ${WARMUP_SECONDS} s, ${ROUNDS} rounds; ${cpuModel()}, Linux ${release()}, Node ${process.versions.node}`,
+  );
   const topic = uniqueTopic('bench.txfloor');
   await createTopic(topic);
   const modes = [0, 0, ...COMMIT_MS];
@@ -162,7 +170,9 @@ async function main(): Promise<void> {
       console.log(`round ${round}:`);
       results.forEach((r, i) => {
         const name = i < 2 ? `${r.mode} (${i === 0 ? 'A' : "A'"})` : r.mode;
-        console.log(`  ${name}: ${r.usPerMessage.toFixed(2)} µs CPU a message (${r.messages} messages measured; of ${r.sent} sent, ${r.acknowledged} acknowledged), ${(r.usPerMessage - base).toFixed(2)} µs over the default pair's mean`);
+        console.log(
+          `  ${name}: ${r.usPerMessage.toFixed(2)} µs CPU a message (${r.messages} messages measured; of ${r.sent} sent, ${r.acknowledged} acknowledged), ${(r.usPerMessage - base).toFixed(2)} µs over the default pair's mean`,
+        );
         sums.set(name, [...(sums.get(name) ?? []), r.usPerMessage - base]);
       });
     }

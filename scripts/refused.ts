@@ -22,14 +22,20 @@ try {
   if (!(err instanceof ConfigError)) throw err;
   stop(`configuration error: ${err.message}`);
 }
-if (config!.refused === null) stop('MQ_REFUSED_TOPIC is not set: the service keeps no refused requests (set it, e.g. MQ_REFUSED_TOPIC=container.telemetry.refused, for make run and make refused alike)');
+if (config!.refused === null)
+  stop(
+    'MQ_REFUSED_TOPIC is not set: the service keeps no refused requests (set it, e.g. MQ_REFUSED_TOPIC=container.telemetry.refused, for make run and make refused alike)',
+  );
 const topic = config!.refused!.topic;
 const last = Number(process.env.REFUSED_LAST ?? 20);
 if (!(Number.isInteger(last) && last > 0)) stop(`REFUSED_LAST must be a whole number above 0, got ${process.env.REFUSED_LAST}`);
 
 /** The connection's own properties of MQ_OPT_* (a consumer refuses the producer's). */
 const connection = Object.fromEntries(Object.entries(config!.producerOptions).filter(([name]) => /^(security|sasl|ssl)\./.test(name)));
-const consumer = new Kafka.KafkaConsumer({ 'metadata.broker.list': config!.brokers, 'group.id': 'track-ingest-refused-table', 'enable.auto.commit': false, ...connection }, {});
+const consumer = new Kafka.KafkaConsumer(
+  { 'metadata.broker.list': config!.brokers, 'group.id': 'track-ingest-refused-table', 'enable.auto.commit': false, ...connection },
+  {},
+);
 /** The binding's callback form as a promise; its errors are LibrdKafkaError (a message and a code). */
 const call = <T>(f: (cb: (err: { message: string } | null | undefined, value: T) => void) => void): Promise<T> =>
   new Promise((resolve, reject) => f((err, value) => (err ? reject(new Error(err.message)) : resolve(value))));
@@ -48,12 +54,15 @@ async function main(): Promise<void> {
   try {
     const metadata = await call<Kafka.Metadata>((cb) => consumer.getMetadata({ topic, timeout: 10_000 }, cb));
     const partitions = metadata.topics.find((t) => t.name === topic)?.partitions.map((p) => p.id) ?? [];
-    if (partitions.length === 0) stop(`topic ${topic} does not exist on ${config.brokers} (make run creates it on the local broker; elsewhere create it as you do MQ_TOPIC)`);
+    if (partitions.length === 0)
+      stop(`topic ${topic} does not exist on ${config.brokers} (make run creates it on the local broker; elsewhere create it as you do MQ_TOPIC)`);
     // The last `last` messages of each partition: the newest `last` of the topic are among them.
-    const ranges = await Promise.all(partitions.map(async (partition) => {
-      const w = await call<Kafka.WatermarkOffsets>((cb) => consumer.queryWatermarkOffsets(topic, partition, 10_000, cb));
-      return { partition, from: Math.max(w.lowOffset, w.highOffset - last), to: w.highOffset };
-    }));
+    const ranges = await Promise.all(
+      partitions.map(async (partition) => {
+        const w = await call<Kafka.WatermarkOffsets>((cb) => consumer.queryWatermarkOffsets(topic, partition, 10_000, cb));
+        return { partition, from: Math.max(w.lowOffset, w.highOffset - last), to: w.highOffset };
+      }),
+    );
     const wanted = ranges.filter((r) => r.to > r.from);
     const rows: Row[] = [];
     if (wanted.length > 0) {
@@ -102,7 +111,13 @@ function what(message: string, details: string | undefined): string {
 
 function print(rows: Row[]): void {
   if (rows.length === 0) return void console.log(`no refused requests on ${topic}`);
-  const columns = [['TIME', 'at'], ['CODE', 'code'], ['FIRST CONTAINER', 'container'], ['SIZE', 'size'], ['DETAILS', 'what']] as const;
+  const columns = [
+    ['TIME', 'at'],
+    ['CODE', 'code'],
+    ['FIRST CONTAINER', 'container'],
+    ['SIZE', 'size'],
+    ['DETAILS', 'what'],
+  ] as const;
   const width = (key: keyof Row, title: string) => Math.min(48, Math.max(title.length, ...rows.map((r) => String(r[key]).length)));
   const widths = columns.map(([title, key]) => (key === 'what' ? 0 : width(key, title)));
   const line = (cells: string[]) => cells.map((c, i) => (widths[i] === 0 ? c : c.slice(0, widths[i]).padEnd(widths[i]!))).join('  ');

@@ -45,7 +45,6 @@ export const DEFAULTS = {
   TRANSACTION_TIMEOUT_MS: '10000',
 } as const;
 
-
 export type AckMode = 'async' | 'delivered';
 export type Delivery = 'at-least-once' | 'exactly-once';
 export type JournalSync = 'process' | 'disk';
@@ -57,9 +56,10 @@ export type WorkerGc = 'single-threaded' | 'parallel';
  * replaced them, rather than being silently ignored.
  */
 export const REMOVED_VARIABLES: Readonly<Record<string, string>> = {
-  SPILL_DIR: 'replaced by JOURNAL_DIR, the write-ahead journal of every accepted point (set JOURNAL_DIR to the same directory: the spill files found there are imported and replayed)',
+  SPILL_DIR:
+    'replaced by JOURNAL_DIR, the write-ahead journal of every accepted point (set JOURNAL_DIR to the same directory: the spill files found there are imported and replayed)',
   SPILL_MAX_BYTES: 'replaced by JOURNAL_MAX_BYTES (the write-ahead journal holds every point until Kafka acknowledged it)',
-  DELIVERY_LATENCY_HISTOGRAM: 'no longer needed: ingest_delivery_latency_seconds is always filled (per request, from the journal\'s acknowledgements)',
+  DELIVERY_LATENCY_HISTOGRAM: "no longer needed: ingest_delivery_latency_seconds is always filled (per request, from the journal's acknowledgements)",
 };
 
 /** Prefix of the pass-through librdkafka properties: MQ_OPT_SECURITY_PROTOCOL=SASL_SSL → security.protocol. */
@@ -182,9 +182,7 @@ const listenAddress = z.string().transform((value, ctx): ListenAddress => {
   return { host: m[1] ?? m[2] ?? '', port };
 });
 
-const brokerList = z
-  .string()
-  .refine((v) => v.split(',').every((b) => /^[^\s,]+:\d{1,5}$/.test(b.trim())), 'must be a comma-separated list of host:port');
+const brokerList = z.string().refine((v) => v.split(',').every((b) => /^[^\s,]+:\d{1,5}$/.test(b.trim())), 'must be a comma-separated list of host:port');
 
 const topicName = z.string().regex(/^[A-Za-z0-9._-]{1,249}$/, 'must be a Kafka topic name: 1-249 of A-Z a-z 0-9 . _ -');
 
@@ -218,7 +216,9 @@ const EnvSchema = z.object({
   DELIVERY_TIMEOUT_MS: wholeNumber(1_000, 3_600_000),
   JOURNAL_DIR: z.string().min(1),
   JOURNAL_MAX_BYTES: wholeNumber(1024 * 1024, 2 ** 50),
-  JOURNAL_SYNC: z.enum(['process', 'disk'], { error: 'must be process (survives a crash of the process) or disk (survives a power loss: each 202 waits for fdatasync)' }),
+  JOURNAL_SYNC: z.enum(['process', 'disk'], {
+    error: 'must be process (survives a crash of the process) or disk (survives a power loss: each 202 waits for fdatasync)',
+  }),
   JOURNAL_SYNC_INTERVAL_MS: wholeNumber(0, 1_000),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
   WORKER_MALLOC: z.enum(['auto', 'jemalloc', 'system']),
@@ -281,7 +281,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     workerMalloc: resolveWorkerMalloc(e.WORKER_MALLOC, env),
     workerGc: e.WORKER_GC,
     producerOptions: Object.freeze(producerOptionsFrom(env)),
-    refused: e.MQ_REFUSED_TOPIC === 'off' ? null : Object.freeze({ topic: e.MQ_REFUSED_TOPIC, ratePerSecond: e.MQ_REFUSED_RATE, maxBytes: e.MQ_REFUSED_MAX_BYTES, idleMs: e.MQ_REFUSED_IDLE_MS }),
+    refused:
+      e.MQ_REFUSED_TOPIC === 'off'
+        ? null
+        : Object.freeze({ topic: e.MQ_REFUSED_TOPIC, ratePerSecond: e.MQ_REFUSED_RATE, maxBytes: e.MQ_REFUSED_MAX_BYTES, idleMs: e.MQ_REFUSED_IDLE_MS }),
     trustGatewayHeaders: e.TRUST_GATEWAY_HEADERS,
     exactlyOnce:
       e.DELIVERY === 'at-least-once'
@@ -295,7 +298,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
           }),
   };
   if (config.exactlyOnce !== null) {
-    if (config.ackMode !== 'async') throw new ConfigError('DELIVERY', 'exactly-once needs ACK_MODE=async: its transactions cover the journal\'s records');
+    if (config.ackMode !== 'async') throw new ConfigError('DELIVERY', "exactly-once needs ACK_MODE=async: its transactions cover the journal's records");
     if (config.exactlyOnce.positionsTopic === config.topic || config.exactlyOnce.positionsTopic === config.refused?.topic) {
       throw new ConfigError('MQ_POSITIONS_TOPIC', `must be a topic of its own, not ${config.exactlyOnce.positionsTopic}`);
     }
@@ -312,7 +315,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
   // A journal record of the largest request: its body (or its points encoded), 16 bytes of offsets per point.
   const largestRecord = 2 * config.maxBodyBytes + 16 * config.maxPoints;
   if (config.journalMaxBytes < 2 * largestRecord) {
-    throw new ConfigError('JOURNAL_MAX_BYTES', `must be at least ${2 * largestRecord} bytes: twice the journal record of the largest request (2 × MAX_BODY_BYTES + 16 bytes per point of MAX_POINTS)`);
+    throw new ConfigError(
+      'JOURNAL_MAX_BYTES',
+      `must be at least ${2 * largestRecord} bytes: twice the journal record of the largest request (2 × MAX_BODY_BYTES + 16 bytes per point of MAX_POINTS)`,
+    );
   }
   return Object.freeze(config);
 }
@@ -326,7 +332,10 @@ function instanceName(env: NodeJS.ProcessEnv): string {
 function resolveWorkerMalloc(choice: MallocChoice, env: NodeJS.ProcessEnv): WorkerMalloc {
   const malloc = workerMalloc(choice, env);
   if (malloc === null) {
-    throw new ConfigError('WORKER_MALLOC', `jemalloc is not installed: none of ${JEMALLOC_PATHS.join(', ')} exists (Debian: apt-get install libjemalloc2; or use auto or system)`);
+    throw new ConfigError(
+      'WORKER_MALLOC',
+      `jemalloc is not installed: none of ${JEMALLOC_PATHS.join(', ')} exists (Debian: apt-get install libjemalloc2; or use auto or system)`,
+    );
   }
   return malloc;
 }
@@ -410,7 +419,8 @@ export function workerMalloc(choice: MallocChoice, env: NodeJS.ProcessEnv, exist
     return found === null ? null : { name: 'jemalloc', preload: found, reason: 'WORKER_MALLOC=jemalloc' };
   }
   if (ownPreload(env) !== '') return { name: 'system', preload: null, reason: 'WORKER_MALLOC=auto and LD_PRELOAD is set: left as it is' };
-  if (found === null) return { name: 'system', preload: null, reason: 'WORKER_MALLOC=auto and jemalloc is not installed (Debian: apt-get install libjemalloc2)' };
+  if (found === null)
+    return { name: 'system', preload: null, reason: 'WORKER_MALLOC=auto and jemalloc is not installed (Debian: apt-get install libjemalloc2)' };
   return { name: 'jemalloc', preload: found, reason: 'WORKER_MALLOC=auto and jemalloc is installed' };
 }
 

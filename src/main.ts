@@ -44,5 +44,4 @@ else if (cluster.isPrimary) {
   }
   const { node, glibc } = currentRuntime();
   runPrimary(config, { uws, node, glibc });
-}
-else await runWorker(config);
+} else await runWorker(config);

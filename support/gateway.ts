@@ -101,7 +101,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline) {
     if (proc.exitCode !== null) throw new Error(`gateway.sh exited with ${proc.exitCode}:\n${output.join('\n')}`);
-    const up = await fetch(`${url}/_up`).then((r) => r.status === 404).catch(() => false);
+    const up = await fetch(`${url}/_up`)
+      .then((r) => r.status === 404)
+      .catch(() => false);
     if (up) return gateway;
     await new Promise((r) => setTimeout(r, 100));
   }
@@ -120,7 +122,10 @@ export async function addApiKey(redisUrl: string, name: string, limit: number): 
 /** scripts/gateway-keys.sh with its arguments; what it printed on stdout. */
 export function gatewayKeys(redisUrl: string, args: string[]): Promise<string> {
   return new Promise((resolve, reject) => {
-    const proc = spawn('bash', [`${ROOT}scripts/gateway-keys.sh`, ...args], { env: { ...process.env, REDIS_URL: redisUrl }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = spawn('bash', [`${ROOT}scripts/gateway-keys.sh`, ...args], {
+      env: { ...process.env, REDIS_URL: redisUrl },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     let err = '';
     proc.stdout.on('data', (d: Buffer) => (out += d.toString()));
@@ -144,7 +149,12 @@ export async function startHaproxy(upstream: string, maxBodyBytes: number): Prom
   const deadline = Date.now() + 30_000;
   while (Date.now() < deadline) {
     if (proc.exitCode !== null) throw new Error(`haproxy exited with ${proc.exitCode}:\n${output.join('\n')}`);
-    if (await fetch(`${url}/_up`).then((r) => r.status === 404).catch(() => false)) break;
+    if (
+      await fetch(`${url}/_up`)
+        .then((r) => r.status === 404)
+        .catch(() => false)
+    )
+      break;
     await new Promise((r) => setTimeout(r, 100));
   }
   return {

@@ -114,9 +114,7 @@ export async function consumeAll(
   let lastNew = Date.now();
   try {
     while (Date.now() < deadline) {
-      const batch = await new Promise<Kafka.Message[]>((resolve, reject) =>
-        consumer.consume(1000, (err, messages) => (err ? reject(err) : resolve(messages))),
-      );
+      const batch = await new Promise<Kafka.Message[]>((resolve, reject) => consumer.consume(1000, (err, messages) => (err ? reject(err) : resolve(messages))));
       for (const m of batch) {
         out.push({
           key: m.key === null || m.key === undefined ? '' : m.key.toString(),

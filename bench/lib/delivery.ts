@@ -9,9 +9,7 @@ export async function topicSize(topic: string): Promise<number> {
   await new Promise<void>((res, rej) => client.connect({ timeout: 15_000 }, (e) => (e ? rej(e) : res())));
   let total = 0;
   for (let p = 0; p < 6; p++) {
-    total += await new Promise<number>((res, rej) =>
-      client.queryWatermarkOffsets(topic, p, 5_000, (e, o) => (e ? rej(e) : res(o.highOffset))),
-    );
+    total += await new Promise<number>((res, rej) => client.queryWatermarkOffsets(topic, p, 5_000, (e, o) => (e ? rej(e) : res(o.highOffset))));
   }
   await new Promise<void>((res) => client.disconnect(() => res()));
   return total;

@@ -92,7 +92,9 @@ function responseEnd(text: string): number {
 /** The generator on the calling thread: pacedLoad runs it in a worker thread, a test on its own. */
 export async function generate(opts: PacedOptions): Promise<PacedResult> {
   const { hostname, port } = new URL(opts.url);
-  const extraHeaders = Object.entries(opts.headers ?? {}).map(([name, value]) => `${name}: ${value}\r\n`).join('');
+  const extraHeaders = Object.entries(opts.headers ?? {})
+    .map(([name, value]) => `${name}: ${value}\r\n`)
+    .join('');
   // Each request in two parts, the unique header (if any) written between them.
   const head = Buffer.from(`POST ${opts.path} HTTP/1.1\r\nHost: ${hostname}:${port}\r\nContent-Type: application/json\r\n${extraHeaders}`);
   const tails = (opts.bodies ?? [opts.body]).map((text) => {
@@ -102,7 +104,9 @@ export async function generate(opts: PacedOptions): Promise<PacedResult> {
   const unique = opts.uniqueHeader;
   const requests = unique === undefined ? tails.map((tail) => Buffer.concat([head, tail])) : [];
   const request = (n: number): Buffer =>
-    unique === undefined ? requests[n % requests.length]! : Buffer.concat([head, Buffer.from(`${unique.name}: ${unique.prefix}-${n}\r\n`, 'latin1'), tails[n % tails.length]!]);
+    unique === undefined
+      ? requests[n % requests.length]!
+      : Buffer.concat([head, Buffer.from(`${unique.name}: ${unique.prefix}-${n}\r\n`, 'latin1'), tails[n % tails.length]!]);
   const histogram = createHistogram({ lowest: 1, highest: HIGHEST_US, figures: 3 }); // µs
   const result = { requests: 0, ok2xx: 0, non2xx: 0, errors: 0, queued: 0 };
   const all = new Set<Conn>();

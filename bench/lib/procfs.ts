@@ -30,8 +30,8 @@ function statCpu(path: string): { name: string; seconds: number } | null {
 /** The pid and all its descendants (the primary and its workers). */
 export function processTree(pid: number): number[] {
   const out = [pid];
-  for (let i = 0; i < out.length; i++) {
-    const p = out[i]!;
+  // The list grows as it is walked: for-of visits what is pushed meanwhile too.
+  for (const p of out) {
     for (const t of tasksOf(p)) {
       try {
         for (const c of readFileSync(`/proc/${p}/task/${t}/children`, 'utf8').trim().split(/\s+/)) if (c) out.push(Number(c));
@@ -66,7 +66,10 @@ export function peakRssBytes(pids: number[]): number {
 
 /** TCP sockets in TIME_WAIT on this machine (/proc/net/sockstat: "TCP: inuse N orphan N tw N ..."). */
 export function timeWaitSockets(): number {
-  const line = readFileSync('/proc/net/sockstat', 'utf8').split('\n').find((l) => l.startsWith('TCP:')) ?? '';
+  const line =
+    readFileSync('/proc/net/sockstat', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('TCP:')) ?? '';
   return Number(/\btw (\d+)/.exec(line)?.[1] ?? 0);
 }
 

@@ -58,7 +58,9 @@ export function markdown(meta: Record<string, string>, results: ScenarioResult[]
   for (const [k, v] of Object.entries(meta)) lines.push(`- ${k}: ${v}`);
   lines.push('');
   lines.push('## Design load (fixed rate, 10,000 points/s)', '');
-  lines.push('| scenario | impl | workers | via | load generator | req/s | points/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | service p99 ms | waited for a connection | non-2xx | errors | delivered / accepted | lost | delivery p50 / p99 ms | CPU µs/point | gateway CPU µs/request (nginx + Redis) |');
+  lines.push(
+    '| scenario | impl | workers | via | load generator | req/s | points/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | service p99 ms | waited for a connection | non-2xx | errors | delivered / accepted | lost | delivery p50 / p99 ms | CPU µs/point | gateway CPU µs/request (nginx + Redis) |',
+  );
   lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const r of results.filter((x) => x.kind === 'design')) {
     const l = r.latencyMs;
@@ -66,16 +68,22 @@ export function markdown(meta: Record<string, string>, results: ScenarioResult[]
     const ms = (v: number) => f(v, r.loadGenerator === 'autocannon' || r.loadGenerator === 'autocannon -R' ? 0 : 1);
     const g = r.gatewayCpuMicrosPerRequest;
     const gateway = g == null ? 'n/a' : `${f(g.nginx + g.redis, 1)} (${f(g.nginx, 1)} + ${f(g.redis, 1)})`;
-    lines.push(`| ${r.name} | ${r.impl} | ${r.workers} | ${r.via ?? 'direct'} | ${r.loadGenerator} | ${f(r.requestsPerSecond)} | ${f(r.pointsPerSecond)} | ${ms(l.p50)} | ${ms(l.p90)} | ${ms(l.p99)} | ${ms(l.p999)} | ${ms(l.max)} | ${r.serviceP99Ms == null ? 'n/a' : f(r.serviceP99Ms, 1)} | ${r.waitedForConnection == null ? 'n/a' : f(r.waitedForConnection)} | ${r.non2xx} | ${r.errors} | ${r.delivered === null ? 'n/a' : f(r.delivered)} / ${f(r.accepted)} | ${lost(r)} | ${d} | ${f(r.cpuMicrosPerPoint, 2)} | ${gateway} |`);
+    lines.push(
+      `| ${r.name} | ${r.impl} | ${r.workers} | ${r.via ?? 'direct'} | ${r.loadGenerator} | ${f(r.requestsPerSecond)} | ${f(r.pointsPerSecond)} | ${ms(l.p50)} | ${ms(l.p90)} | ${ms(l.p99)} | ${ms(l.p999)} | ${ms(l.max)} | ${r.serviceP99Ms == null ? 'n/a' : f(r.serviceP99Ms, 1)} | ${r.waitedForConnection == null ? 'n/a' : f(r.waitedForConnection)} | ${r.non2xx} | ${r.errors} | ${r.delivered === null ? 'n/a' : f(r.delivered)} / ${f(r.accepted)} | ${lost(r)} | ${d} | ${f(r.cpuMicrosPerPoint, 2)} | ${gateway} |`,
+    );
   }
   lines.push('');
   const gatewayRows = gatewayLines(results);
   if (gatewayRows.length > 0) lines.push('## Through the gateway / direct, same run', '', ...gatewayRows, '');
   lines.push('## Saturation (closed loop)', '');
-  lines.push('| batch | impl | workers | req/s | points/s | p50 ms | p99 ms | max ms | CPU µs/point | CPU µs/request | points per CPU-s | peak RSS MiB | load gen CPU % | non-2xx | delivered / accepted | lost |');
+  lines.push(
+    '| batch | impl | workers | req/s | points/s | p50 ms | p99 ms | max ms | CPU µs/point | CPU µs/request | points per CPU-s | peak RSS MiB | load gen CPU % | non-2xx | delivered / accepted | lost |',
+  );
   lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const r of results.filter((x) => x.kind === 'saturation')) {
-    lines.push(`| ${r.pointsPerRequest} | ${r.impl} | ${r.workers} | ${f(r.requestsPerSecond)} | ${f(r.pointsPerSecond)} | ${r.latencyMs.p50} | ${r.latencyMs.p99} | ${r.latencyMs.max} | ${f(r.cpuMicrosPerPoint, 2)} | ${f(r.cpuMicrosPerRequest, 1)} | ${f(r.pointsPerCpuSecond)} | ${f(r.servicePeakRssMiB)} | ${f(r.loadGeneratorCpuPercent)} | ${r.non2xx} | ${r.delivered === null ? 'n/a' : f(r.delivered)} / ${f(r.accepted)} | ${lost(r)} |`);
+    lines.push(
+      `| ${r.pointsPerRequest} | ${r.impl} | ${r.workers} | ${f(r.requestsPerSecond)} | ${f(r.pointsPerSecond)} | ${r.latencyMs.p50} | ${r.latencyMs.p99} | ${r.latencyMs.max} | ${f(r.cpuMicrosPerPoint, 2)} | ${f(r.cpuMicrosPerRequest, 1)} | ${f(r.pointsPerCpuSecond)} | ${f(r.servicePeakRssMiB)} | ${f(r.loadGeneratorCpuPercent)} | ${r.non2xx} | ${r.delivered === null ? 'n/a' : f(r.delivered)} / ${f(r.accepted)} | ${lost(r)} |`,
+    );
   }
   lines.push('');
   const ratios = ratioLines(results);
@@ -121,7 +129,12 @@ export function svgChart(results: ScenarioResult[]): string {
     if (!series.has(key)) series.set(key, []);
     series.get(key)!.push(r);
   }
-  const W = 760, H = 440, L = 70, R = 230, T = 40, B = 50;
+  const W = 760,
+    H = 440,
+    L = 70,
+    R = 230,
+    T = 40,
+    B = 50;
   const xs = sat.map((r) => Math.max(1, r.pointsPerSecond));
   const ys = sat.map((r) => Math.max(0.5, r.latencyMs.p99));
   const [x0, x1] = [Math.floor(Math.log10(Math.min(...xs, 100))), Math.ceil(Math.log10(Math.max(...xs, 1000)))];
@@ -146,9 +159,13 @@ export function svgChart(results: ScenarioResult[]): string {
   [...series.entries()].forEach(([name, rs], i) => {
     const c = colors[i % colors.length];
     const sorted = [...rs].sort((a, b) => a.pointsPerRequest - b.pointsPerRequest);
-    parts.push(`<polyline fill="none" stroke="${c}" stroke-width="2" points="${sorted.map((r) => `${px(r.pointsPerSecond)},${py(r.latencyMs.p99)}`).join(' ')}"/>`);
+    parts.push(
+      `<polyline fill="none" stroke="${c}" stroke-width="2" points="${sorted.map((r) => `${px(r.pointsPerSecond)},${py(r.latencyMs.p99)}`).join(' ')}"/>`,
+    );
     for (const r of sorted) {
-      parts.push(`<circle cx="${px(r.pointsPerSecond)}" cy="${py(r.latencyMs.p99)}" r="4" fill="${c}"/><text x="${px(r.pointsPerSecond) + 6}" y="${py(r.latencyMs.p99) - 6}" fill="${c}">${r.pointsPerRequest}</text>`);
+      parts.push(
+        `<circle cx="${px(r.pointsPerSecond)}" cy="${py(r.latencyMs.p99)}" r="4" fill="${c}"/><text x="${px(r.pointsPerSecond) + 6}" y="${py(r.latencyMs.p99) - 6}" fill="${c}">${r.pointsPerRequest}</text>`,
+      );
     }
     parts.push(`<rect x="${W - R + 15}" y="${T + i * 22}" width="12" height="12" fill="${c}"/><text x="${W - R + 32}" y="${T + i * 22 + 10}">${name}</text>`);
   });

@@ -25,7 +25,14 @@ export interface Target {
  * until: 'ready' (below), or 'listening' for a service meant to refuse (no broker): any answer.
  * node: the Node.js binary to run it on (another version, side by side).
  */
-export async function startTarget(impl: Impl, port: number, env: Record<string, string>, entry = ENTRY[impl], until: 'ready' | 'listening' = 'ready', node = process.execPath): Promise<Target> {
+export async function startTarget(
+  impl: Impl,
+  port: number,
+  env: Record<string, string>,
+  entry = ENTRY[impl],
+  until: 'ready' | 'listening' = 'ready',
+  node = process.execPath,
+): Promise<Target> {
   // Ours writes every accepted point to its journal: a fresh one each start, so that no run produces
   // an earlier run's points again (an older build, before the journal, ignores the variable).
   const journal = mkdtempSync(join(tmpdir(), 'bench-journal-'));
@@ -52,11 +59,21 @@ export async function startTarget(impl: Impl, port: number, env: Record<string, 
   // when /readyz says the producer holds the topic's metadata.
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline) {
-    if (until === 'listening' && (await fetch(`${url}/healthz`).then((r) => r.ok).catch(() => false))) return target;
+    if (
+      until === 'listening' &&
+      (await fetch(`${url}/healthz`)
+        .then((r) => r.ok)
+        .catch(() => false))
+    )
+      return target;
     const ok = await fetch(`${url}/track`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '[]' })
       .then((r) => r.status === 202)
       .catch(() => false);
-    const ready = impl === 'baseline' || (await fetch(`${url}/readyz`).then((r) => r.status === 200).catch(() => false));
+    const ready =
+      impl === 'baseline' ||
+      (await fetch(`${url}/readyz`)
+        .then((r) => r.status === 200)
+        .catch(() => false));
     if (ok && ready) return target;
     await new Promise((r) => setTimeout(r, 200));
   }

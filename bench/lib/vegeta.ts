@@ -10,7 +10,9 @@ const NEED_VEGETA = `${REPO_ROOT}scripts/need-vegeta.sh`;
 
 /** vegeta's binary, built from the Go module proxy the first time. */
 export function vegetaPath(): string {
-  return execFileSync('bash', [NEED_VEGETA], { stdio: ['ignore', 'pipe', 'inherit'] }).toString().trim();
+  return execFileSync('bash', [NEED_VEGETA], { stdio: ['ignore', 'pipe', 'inherit'] })
+    .toString()
+    .trim();
 }
 
 /** `vegeta report -type=json`, with p99.9 added from the raw results (latencies in ns). */
@@ -52,7 +54,9 @@ const TIME_WAIT_WAIT_MS = 70_000;
 async function portsFree(): Promise<void> {
   const first = timeWaitSockets();
   if (first <= TIME_WAIT_MAX) return;
-  process.stderr.write(`vegeta: ${first} sockets in TIME_WAIT (over ${TIME_WAIT_MAX}); waiting up to ${TIME_WAIT_WAIT_MS / 1000} s for the ports to come back\n`);
+  process.stderr.write(
+    `vegeta: ${first} sockets in TIME_WAIT (over ${TIME_WAIT_MAX}); waiting up to ${TIME_WAIT_WAIT_MS / 1000} s for the ports to come back\n`,
+  );
   const deadline = Date.now() + TIME_WAIT_WAIT_MS;
   while (timeWaitSockets() > TIME_WAIT_MAX && Date.now() < deadline) await new Promise((r) => setTimeout(r, 1_000));
 }
@@ -69,12 +73,27 @@ export async function vegetaAttack(vegeta: string, o: AttackOptions): Promise<{ 
     const n = Math.ceil(o.rate * o.seconds * 1.05) + 100;
     const { name, prefix } = o.uniqueHeader;
     const body = readFileSync(o.bodyFile).toString('base64');
-    writeFileSync(file, Array.from({ length: n }, (_, i) => JSON.stringify({ method: 'POST', url: `${o.url}/track`, header: { [name]: [`${prefix}-${i}`] }, body })).join('\n'));
+    writeFileSync(
+      file,
+      Array.from({ length: n }, (_, i) => JSON.stringify({ method: 'POST', url: `${o.url}/track`, header: { [name]: [`${prefix}-${i}`] }, body })).join('\n'),
+    );
     targets = ['-lazy', '-format=json', `-targets=${file}`];
   }
-  const proc = spawn(vegeta, ['attack', `-rate=${o.rate}/1s`, `-duration=${o.seconds}s`, ...(targets.length > 0 ? targets : [`-body=${o.bodyFile}`]), ...(o.maxWorkers === undefined ? [] : [`-max-workers=${o.maxWorkers}`]), ...headers, `-output=${results}`], {
-    stdio: ['pipe', 'ignore', 'inherit'],
-  });
+  const proc = spawn(
+    vegeta,
+    [
+      'attack',
+      `-rate=${o.rate}/1s`,
+      `-duration=${o.seconds}s`,
+      ...(targets.length > 0 ? targets : [`-body=${o.bodyFile}`]),
+      ...(o.maxWorkers === undefined ? [] : [`-max-workers=${o.maxWorkers}`]),
+      ...headers,
+      `-output=${results}`,
+    ],
+    {
+      stdio: ['pipe', 'ignore', 'inherit'],
+    },
+  );
   proc.stdin.end(targets.length > 0 ? '' : `POST ${o.url}/track\n`);
   let cpu = 0;
   const sample = setInterval(() => (cpu = Math.max(cpu, cpuSeconds([proc.pid!]))), 200);

@@ -44,25 +44,30 @@ export function buildOpenApi(limits: { maxPoints: number; maxBodyBytes: number }
         post: {
           summary: 'Submit track points',
           description: `All or nothing: either every point of the request is accepted, or none. At most ${limits.maxPoints} points and ${limits.maxBodyBytes} bytes (after gunzip) per request.`,
-          parameters: [
-            { name: 'Content-Encoding', in: 'header', required: false, schema: { type: 'string', enum: ['gzip', 'identity'] } },
-          ],
+          parameters: [{ name: 'Content-Encoding', in: 'header', required: false, schema: { type: 'string', enum: ['gzip', 'identity'] } }],
           requestBody: {
             required: true,
             content: { 'application/json': { schema: { type: 'array', maxItems: limits.maxPoints, items: { $ref: '#/components/schemas/TrackPoint' } } } },
           },
           responses: {
             '202': {
-              description: 'Accepted: every point is in the worker\'s write-ahead journal (JOURNAL_SYNC=process: written to the OS, survives a crash of the process; disk: also on the disk) and goes to Kafka from there, at least once. With ACK_MODE=delivered, Kafka has acknowledged every point.',
-              content: { 'application/json': { schema: { type: 'object', required: ['accepted'], properties: { accepted: { type: 'integer', minimum: 0 } } } } },
+              description:
+                "Accepted: every point is in the worker's write-ahead journal (JOURNAL_SYNC=process: written to the OS, survives a crash of the process; disk: also on the disk) and goes to Kafka from there, at least once. With ACK_MODE=delivered, Kafka has acknowledged every point.",
+              content: {
+                'application/json': { schema: { type: 'object', required: ['accepted'], properties: { accepted: { type: 'integer', minimum: 0 } } } },
+              },
             },
             '400': errorResponse(400, 'the body is not JSON, not an array, or a point is invalid; nothing from the request is produced.'),
             '405': errorResponse(405, 'the Allow header says POST.', { Allow: { schema: { type: 'string' } } }),
             '413': errorResponse(413, 'body over MAX_BODY_BYTES or more than MAX_POINTS points.'),
             '415': errorResponse(415, 'Content-Type other than application/json or an encoding other than gzip.'),
-            '500': errorResponse(500, 'nothing of the request was taken, and the code says why (backpressure, an outage, shutdown...): resend it after Retry-After; or, with ACK_MODE=delivered, Kafka did not acknowledge every point within DELIVERY_TIMEOUT_MS: delivery_failed when none was written (resend), delivery_uncertain when some were or may have been (a resend may duplicate them).', {
-              'Retry-After': { schema: { type: 'integer' } },
-            }),
+            '500': errorResponse(
+              500,
+              'nothing of the request was taken, and the code says why (backpressure, an outage, shutdown...): resend it after Retry-After; or, with ACK_MODE=delivered, Kafka did not acknowledge every point within DELIVERY_TIMEOUT_MS: delivery_failed when none was written (resend), delivery_uncertain when some were or may have been (a resend may duplicate them).',
+              {
+                'Retry-After': { schema: { type: 'integer' } },
+              },
+            ),
           },
         },
       },

@@ -2,7 +2,15 @@
 // its headers or its body (400, 413, 415, with details), the refusals of the write-ahead path (500,
 // made once and kept), and the late failures of a request whose 202 waited (for the disk, or Kafka).
 // Statuses, codes and Retry-After come from the catalogue (api/errors.ts).
-import { errorAnswer, PRODUCER_REFUSALS, refusalMessage, type HttpStatus, type ProducerRefusal, type RefusalContext, type TrackRejection } from '../api/errors.js';
+import {
+  errorAnswer,
+  PRODUCER_REFUSALS,
+  refusalMessage,
+  type HttpStatus,
+  type ProducerRefusal,
+  type RefusalContext,
+  type TrackRejection,
+} from '../api/errors.js';
 import type { PointIssue } from '../track-point/schema.js';
 import type { LateFailure, Refusal } from '../write-ahead/acceptance.js';
 
@@ -28,8 +36,22 @@ export interface TrackAnswer {
  * requests, is not thrown away (a "wrong map" deoptimization) when the first refusals of a flood
  * arrive (track-body-warm-up.ts does the same for the decoding).
  */
-function answerOf(status: HttpStatus, body: Buffer, points: number, why: Partial<Pick<TrackAnswer, 'retryAfter' | 'reason' | 'refusal' | 'message' | 'details'>> = {}): TrackAnswer {
-  return Object.freeze({ status, body, retryAfter: why.retryAfter, points, reason: why.reason, refusal: why.refusal, message: why.message, details: why.details });
+function answerOf(
+  status: HttpStatus,
+  body: Buffer,
+  points: number,
+  why: Partial<Pick<TrackAnswer, 'retryAfter' | 'reason' | 'refusal' | 'message' | 'details'>> = {},
+): TrackAnswer {
+  return Object.freeze({
+    status,
+    body,
+    retryAfter: why.retryAfter,
+    points,
+    reason: why.reason,
+    refusal: why.refusal,
+    message: why.message,
+    details: why.details,
+  });
 }
 
 /** The 202 answers of up to this many points are made at start-up and kept. */
@@ -51,8 +73,7 @@ export function refuse(code: TrackRejection, message: string, points = 0, detail
 /**
  * The answers that do not depend on the request, made once: under overload a worker refuses most
  * requests, and making each answer anew (JSON.stringify, an object spread into a new shape, the body
- * turned into UTF-8 by uWS) took a third of a refusal's CPU (a 100-point request refused: 11.3-12.0
- * µs, 7.4-7.5 once made once; bench/HISTORY.md).
+ * turned into UTF-8 by uWS) was a third of a refusal's CPU.
  */
 export class TrackAnswers {
   readonly unsupportedType = refuse('unsupported_media_type', 'Content-Type must be application/json');
@@ -73,7 +94,8 @@ export class TrackAnswers {
 
   /** Nothing of a request of `points` points was taken; `largestValue`: its largest message, for a 413. */
   refused(refusal: Refusal, points: number, largestValue: number): TrackAnswer {
-    if (refusal === 'message_too_large') return refuse('payload_too_large', `a track point encodes to ${largestValue} bytes, above the Kafka message size limit`, points);
+    if (refusal === 'message_too_large')
+      return refuse('payload_too_large', `a track point encodes to ${largestValue} bytes, above the Kafka message size limit`, points);
     const answer = this.refusals[refusal];
     return points === 0 ? answer : answerOf(answer.status, answer.body, points, answer);
   }

@@ -46,7 +46,8 @@ export function decodeTrackBody(raw: Uint8Array, gzipped: boolean, limits: BodyL
       // Synchronous because the output is at most MAX_BODY_BYTES (1 MiB by default: ~2 ms).
       bytes = gunzipSync(raw, { maxOutputLength: limits.maxBodyBytes });
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') return refused('payload_too_large', `body is larger than ${limits.maxBodyBytes} bytes once decompressed`);
+      if ((err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE')
+        return refused('payload_too_large', `body is larger than ${limits.maxBodyBytes} bytes once decompressed`);
       return refused('invalid_json', `body is not valid gzip: ${(err as Error).message}`);
     }
     const decoded = decodeBytes(bytes, limits);
@@ -70,7 +71,10 @@ function decodeBytes(bytes: Uint8Array, limits: BodyLimits): EncodedPoints | Bod
   try {
     parsed = JSON.parse(text);
   } catch (err) {
-    return refused('invalid_json', text.length === 0 ? 'body is empty; expected a JSON array of track points' : `body is not valid JSON: ${(err as Error).message}`);
+    return refused(
+      'invalid_json',
+      text.length === 0 ? 'body is empty; expected a JSON array of track points' : `body is not valid JSON: ${(err as Error).message}`,
+    );
   }
   if (!Array.isArray(parsed)) return refused('validation_failed', 'body must be a JSON array of track points');
   const count = parsed.length;

@@ -79,7 +79,13 @@ export class TrackHandler {
   ) {
     this.maxBodyBytes = config.maxBodyBytes;
     this.limits = { maxBodyBytes: config.maxBodyBytes, maxPoints: config.maxPoints };
-    this.answers = new TrackAnswers({ brokers: config.brokers, topic: config.topic, brokerDownGraceMs: config.brokerDownGraceMs, queueFullWaitMs: config.queueFullWaitMs, maxBodyBytes: config.maxBodyBytes });
+    this.answers = new TrackAnswers({
+      brokers: config.brokers,
+      topic: config.topic,
+      brokerDownGraceMs: config.brokerDownGraceMs,
+      queueFullWaitMs: config.queueFullWaitMs,
+      maxBodyBytes: config.maxBodyBytes,
+    });
     this.waiting = new WaitingRoom(() => sink.admission(), config.queueFullWaitMs, config.queueFullWaitMaxBytes);
     metrics.setWaitingSource(() => this.waiting.size);
   }
@@ -103,8 +109,10 @@ export class TrackHandler {
   admit(x: TrackExchange, contentType: string, contentEncoding: string, contentLength: string): Admitted | null {
     if (!isJsonContentType(contentType)) return this.refuseFromHeaders(x, this.answers.unsupportedType, contentType, contentEncoding, contentLength);
     const gzipped = contentEncoding === 'gzip' || contentEncoding === 'x-gzip';
-    if (!gzipped && contentEncoding !== '' && contentEncoding !== 'identity') return this.refuseFromHeaders(x, this.answers.unsupportedEncoding, contentType, contentEncoding, contentLength);
-    if (contentLength !== '' && Number(contentLength) > this.maxBodyBytes) return this.refuseFromHeaders(x, this.answers.tooLarge, contentType, contentEncoding, contentLength);
+    if (!gzipped && contentEncoding !== '' && contentEncoding !== 'identity')
+      return this.refuseFromHeaders(x, this.answers.unsupportedEncoding, contentType, contentEncoding, contentLength);
+    if (contentLength !== '' && Number(contentLength) > this.maxBodyBytes)
+      return this.refuseFromHeaders(x, this.answers.tooLarge, contentType, contentEncoding, contentLength);
     const refusal = this.sink.admission();
     const waits = this.waiting.mayWait(refusal);
     if (refusal !== null && !waits) return this.answer(x, this.answers.refusals[refusal], false);
@@ -117,7 +125,15 @@ export class TrackHandler {
    */
   tooLarge(x: TrackExchange, gzipped: boolean, readSoFar: () => Uint8Array): void {
     if (this.refusedKeeper?.admit() === true) {
-      this.keepRefused(x, this.answers.tooLarge, { received: readSoFar(), decoded: null, gzipped, partial: true, sentBytes: null, contentType: '', contentEncoding: gzipped ? 'gzip' : '' });
+      this.keepRefused(x, this.answers.tooLarge, {
+        received: readSoFar(),
+        decoded: null,
+        gzipped,
+        partial: true,
+        sentBytes: null,
+        contentType: '',
+        contentEncoding: gzipped ? 'gzip' : '',
+      });
     }
     this.answer(x, this.answers.tooLarge, true);
   }
@@ -129,7 +145,8 @@ export class TrackHandler {
   take(x: TrackExchange, body: Uint8Array, owned: boolean, gzipped: boolean, waits: boolean): void {
     if (waits) return this.waitForRoom(x, body, owned, gzipped);
     const decoded = decodeTrackBody(body, gzipped, this.limits);
-    if ('refused' in decoded) return this.refuseBody(x, refuse(decoded.refused, decoded.message, decoded.points, decoded.details), body, gzipped, decoded.inflated ?? null);
+    if ('refused' in decoded)
+      return this.refuseBody(x, refuse(decoded.refused, decoded.message, decoded.points, decoded.details), body, gzipped, decoded.inflated ?? null);
     if (decoded.count === 0) return void this.answer(x, accepted(0), false);
     const taken = this.sink.accept(decoded);
     if (taken === null) this.answer(x, accepted(decoded.count), false);
@@ -142,7 +159,15 @@ export class TrackHandler {
   /** A request refused for its body (400, 413): kept when the topic is set, then answered. */
   private refuseBody(x: TrackExchange, answer: TrackAnswer, body: Uint8Array, gzipped: boolean, inflated: Uint8Array | null): void {
     if (this.refusedKeeper?.admit() === true) {
-      this.keepRefused(x, answer, { received: body, decoded: inflated, gzipped, partial: false, sentBytes: body.byteLength, contentType: '', contentEncoding: gzipped ? 'gzip' : '' });
+      this.keepRefused(x, answer, {
+        received: body,
+        decoded: inflated,
+        gzipped,
+        partial: false,
+        sentBytes: body.byteLength,
+        contentType: '',
+        contentEncoding: gzipped ? 'gzip' : '',
+      });
     }
     this.answer(x, answer, false);
   }
@@ -159,7 +184,14 @@ export class TrackHandler {
   /** Hands an admitted refusal over, with its answer and its client. */
   private keepRefused(x: TrackExchange, answer: TrackAnswer, body: RefusedBody): void {
     if (this.refusedKeeper === null || answer.reason === undefined) return;
-    this.refusedKeeper.keep({ ...body, code: answer.reason, status: answer.status, message: answer.message ?? '', ...(answer.details === undefined ? {} : { details: answer.details }), client: x.client() });
+    this.refusedKeeper.keep({
+      ...body,
+      code: answer.reason,
+      status: answer.status,
+      message: answer.message ?? '',
+      ...(answer.details === undefined ? {} : { details: answer.details }),
+      client: x.client(),
+    });
   }
 
   /** A request taken whose answer waits: 202 once the write-ahead path says so, else its failure. */

@@ -54,8 +54,20 @@ interface Candidate {
 const CANDIDATES: readonly Candidate[] = [
   // Idle timeouts as measured (test/integration/uws-behaviour.test.ts): v20.57 closed a connection
   // 31.9 s after its last byte, with a request answered or half sent alike; v20.30 after 8-12 s.
-  { version: '20.57.0', idleTimeoutS: 30, alias: 'uWebSockets.js', published: '@btc-vision/uwebsockets.js', binary: (r) => `uws_${r.platform.replace('-', '_')}_${r.abi}.node` },
-  { version: '20.30.0', idleTimeoutS: 10, alias: 'uws-20.30', published: '@trufflesuite/uws-js-unofficial', binary: (r) => `../binaries/uws_${r.platform.replace('-', '_')}_${r.abi}.node` },
+  {
+    version: '20.57.0',
+    idleTimeoutS: 30,
+    alias: 'uWebSockets.js',
+    published: '@btc-vision/uwebsockets.js',
+    binary: (r) => `uws_${r.platform.replace('-', '_')}_${r.abi}.node`,
+  },
+  {
+    version: '20.30.0',
+    idleTimeoutS: 10,
+    alias: 'uws-20.30',
+    published: '@trufflesuite/uws-js-unofficial',
+    binary: (r) => `../binaries/uws_${r.platform.replace('-', '_')}_${r.abi}.node`,
+  },
 ];
 
 /**
@@ -108,8 +120,10 @@ function unavailableMessage(r: Runtime): string {
   const major = Number(r.node.replace(/^v/, '').split('.')[0]);
   let fix: string;
   if (!r.platform.startsWith('linux-')) fix = 'the service runs on Linux (x64 or arm64) only';
-  else if (r.glibc === null) fix = 'uWebSockets.js ships glibc binaries only: use a glibc distribution (Debian, Ubuntu, RHEL) or the image (node:24-trixie-slim)';
-  else if (major > 20 && olderThan(r.glibc, '2.38')) fix = `uWebSockets.js v20.57, the build for Node ${major}, needs glibc 2.38 or newer: run on a newer host (Debian 13, Ubuntu 24.04, RHEL 10) or the image, or use Node 20 here (v20.30 loads on older glibc)`;
+  else if (r.glibc === null)
+    fix = 'uWebSockets.js ships glibc binaries only: use a glibc distribution (Debian, Ubuntu, RHEL) or the image (node:24-trixie-slim)';
+  else if (major > 20 && olderThan(r.glibc, '2.38'))
+    fix = `uWebSockets.js v20.57, the build for Node ${major}, needs glibc 2.38 or newer: run on a newer host (Debian 13, Ubuntu 24.04, RHEL 10) or the image, or use Node 20 here (v20.30 loads on older glibc)`;
   else if (![20, 22, 24].includes(major)) fix = 'use Node.js 24 (or 22, 20) LTS: the installed uWebSockets.js builds have no binary for this Node';
   else fix = 'run `npm ci` again: the uWebSockets.js packages are missing or incomplete';
   return `uWebSockets.js cannot load on ${where}: ${fix}`;

@@ -5,9 +5,26 @@
 // SQLite's crash-test VFS prove their durability: the journal cannot reach the disk but through here.
 //
 // Calls throw as Node's fs does (an Error with `code`: ENOENT, EEXIST, ENOSPC...). The methods are
-// plain functions on a frozen object: one more property load per call on the hot path, nothing else
-// (bench/HISTORY.md has the side-by-side figure).
-import { closeSync, fdatasync, fdatasyncSync, fstatSync, fsync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, statfsSync, unlinkSync, writeSync, writevSync } from 'node:fs';
+// plain functions on a frozen object: the seam costs one property load per call on the hot path.
+import {
+  closeSync,
+  fdatasync,
+  fdatasyncSync,
+  fstatSync,
+  fsync,
+  fsyncSync,
+  ftruncateSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  renameSync,
+  statfsSync,
+  unlinkSync,
+  writeSync,
+  writevSync,
+} from 'node:fs';
 import { lockFile, mappableFileSystem, mapSegment, unmapSegment } from './native.js';
 
 export type SyncDone = (err: Error | null) => void;

@@ -6,8 +6,8 @@
 //                        JOURNAL_SYNC_INTERVAL_MS after the last one started
 //
 // The interval is there because each fdatasync costs a threadpool round trip and a commit of the file
-// system's own journal: at thousands of requests a second, one as soon as the last ended served a
-// request or two (0.88x the CPU per request with 2 ms, bench/HISTORY.md).
+// system's own journal: at thousands of requests a second, one as soon as the last ended served only a
+// request or two.
 //
 // A file the journal is done with while it still has records to sync, or while a sync of it is under
 // way, is closed after that sync: closed before, the sync fails (EBADF: a 500 for requests whose points
@@ -48,9 +48,9 @@ export class GroupCommit {
   constructor(
     private readonly dir: string,
     private readonly intervalMs: number,
-    private readonly onCommit: (seconds: number) => void = () => {},
+    private readonly onCommit: (seconds: number) => void = () => undefined,
     private readonly files: JournalFiles = diskFiles,
-    private readonly onFailure: (err: JournalError) => void = () => {},
+    private readonly onFailure: (err: JournalError) => void = () => undefined,
   ) {}
 
   /** A record was written into this file: the next commit syncs it. */

@@ -1,40 +1,37 @@
-// The write-ahead journal of one worker slot: every request accepted in ACK_MODE=async is a record
-// here before it is answered 202, and stays until Kafka has acknowledged every point of it. A crash
-// of the worker (kill -9, an OOM kill, a native crash) or of the whole service loses nothing: the
-// next worker in the slot, or the next start, produces again what is left.
+// The write-ahead journal of one worker slot: a request's record is here before its 202, and stays
+// until Kafka has every point of it, so a crash of the worker or the service loses nothing: the next
+// process of the slot produces again what is left.
 //
-//   append ──▶ segment file (written to the OS; with JOURNAL_SYNC=disk also fdatasync'd before the 202:
-//     │        afterCommit, group-commit.ts)      each record has an id: produceBatch's tag
-//     ▼
-//   acknowledged(id, n) ── all its points acknowledged ──▶ marked done (.done beside the segment)
-//     a segment whose records are all done, and that takes no more, is deleted with its marks, or
-//     kept as a spare to be written over
+//   append ──▶ the active segment file, in the OS before the answer (JOURNAL_SYNC=disk: fdatasync'd
+//     │        first, afterCommit, group-commit.ts); each record's id is produceBatch's tag
+//   acknowledged(id, n) ── every point acknowledged ──▶ marked done (marks.ts); a segment all done is
+//     deleted, or kept as a spare to be written over
+//   open ──▶ the segments of the slots claimed are found; their records not marked done are handed
+//     out again (nextRecovered, recovery.ts) with their acceptance time: at least once
 //
-//   open ──▶ the segments of the slots claimed (its own, and for slot 0 those of slots that no longer
-//            exist) are recovered: their records not marked done are read back (nextRecovered) and
-//            produced again, with the timestamps they were accepted with: at least once. A damaged
-//            record is counted and reported, and costs that record alone (record.ts).
-//
-// One process writes a slot's files: the caller holds the slot's lock (slot-lock.ts) and hands its
-// claim here. File names, the reservation of segment numbers and spares: slot-files.ts; the record:
-// record.ts; the marks: marks.ts; earlier versions' formats: legacy.ts; every file operation goes
-// through files.ts.
-//
-// Writes are synchronous: a record is in the OS before the request is answered, whatever the event
-// loop does next, and the order of records is the order of requests: copied into a mapped segment in
-// JOURNAL_SYNC=process mode where the file system allows, written with pwritev elsewhere
-// (segment-file.ts says why and when).
-//
-// What the disk refuses: a write refused for room (ENOSPC) keeps nothing of the record (the file is
-// cut back) and the journal takes records again once the disk has room (writable()). Any other failed
-// write, fdatasync or directory fsync fails the journal for good: it takes nothing more, and says so
-// through onFailure; the worker is restarted to recover from what the disk holds (group-commit.ts says
-// why a failed sync is never retried).
+// One process writes a slot's files: the caller holds the slot's lock (slot-lock.ts). Writes are
+// synchronous, so the order of records is the order of requests: copied into a mapped segment where
+// the file system allows, written with pwritev elsewhere (segment-file.ts says when). A write refused
+// for room keeps nothing of the record and the journal takes records again once there is room
+// (writable()); any other failed write or sync fails the journal for good (onFailure), and the worker
+// restarts to recover from what the disk holds (group-commit.ts says why a sync is never retried).
 import { diskFiles, type JournalFiles } from './files.js';
 import { GroupCommit, type CommitDone } from './group-commit.js';
 import { isNoRoom, JournalError } from './journal-error.js';
-import { encodeHead, readHeader, readRecordAt, RECORD_HEADER_BYTES, recordBytes, type JournalBatch, type JournalRecord } from './record.js';
-import { appendMarks, closeSegment, countRecords, newSegment, readLeftRecords, readMarks, retireSegment, startSegmentFile, writeRecordAt, type Segment } from './segment-file.js';
+import { encodeHead, recordBytes, viewRecordAt, type JournalBatch, type JournalRecord } from './record.js';
+import {
+  appendMarks,
+  closeSegment,
+  countRecords,
+  newSegment,
+  readMarks,
+  readRecordBack,
+  retireSegment,
+  startSegmentFile,
+  writeRecordAt,
+  type Segment,
+} from './segment-file.js';
+import { Recovery } from './recovery.js';
 import { findSlotFiles, makeDurableDir, segmentPath, SeqReservation, Spares, type FoundFiles } from './slot-files.js';
 import type { SlotClaim } from './slot-lock.js';
 
@@ -118,24 +115,14 @@ export class Journal {
   private nextId = 0;
   private heldBytes = 0;
   private readonly inFlight = new Map<number, InFlightRecord>();
-  /** Recovered segments still to read, and the records read and not yet handed out. */
-  private readonly toRecover: Segment[] = [];
-  private recoveredQueue: { segment: Segment; index: number; record: JournalRecord }[] = [];
-  /** Records left by an earlier process not yet handed out (an estimate until each file is read). */
-  private recoveredLeft = 0;
-  /** Their points (an estimate too), and what each segment still to read was counted to hold. */
-  private recoveredPointsLeft = 0;
-  private readonly countedPoints = new Map<Segment, number>();
-  /** The last append was refused for room: cleared once the disk has room again (writable()). */
-  noRoom: JournalError | null = null;
+  /** What earlier processes left, to hand out again. */
+  private readonly recovery: Recovery;
+  private refusedForRoom: JournalError | null = null;
   private refusedBytes = 0;
   private lastProbeAt = 0;
-  /** The journal failed (a write or sync the disk failed): it takes nothing more. */
-  failure: JournalError | null = null;
-  /** Records found damaged when read back, for the metrics. */
-  damagedRecords = 0;
-  /** Points of the records done (every point acknowledged, or committed) since the journal opened. */
-  donePoints = 0;
+  private failedWith: JournalError | null = null;
+  private damagedCount = 0;
+  private pointsDone = 0;
   /** The head (header and offsets) of the record being written: scratch, grown as records need. */
   private head: Buffer = Buffer.alloc(4096);
   /** JOURNAL_SYNC=disk: the fdatasyncs the 202s wait for (group-commit.ts); null in process mode. */
@@ -149,6 +136,18 @@ export class Journal {
     const files = (this.files = opts.files ?? diskFiles);
     this.onDamage = opts.onDamage;
     this.onFailure = opts.onFailure;
+    this.recovery = new Recovery({
+      files,
+      damaged: (file, at, records, what) => {
+        this.damagedCount += records;
+        this.onDamage?.(file, at, records, what);
+      },
+      read: (segment, records) => {
+        if (segment.spill) this.heldBytes += segment.bytes;
+        if (records === 0) this.deleteIfDone(segment);
+      },
+      failed: (err) => this.fail(err),
+    });
     this.commits = opts.sync === 'disk' ? new GroupCommit(opts.dir, opts.syncIntervalMs ?? 0, opts.onCommit, files, (err) => this.fail(err)) : null;
     let found: FoundFiles;
     try {
@@ -159,7 +158,7 @@ export class Journal {
     }
     this.numbers = new SeqReservation(files, this.dir, this.slot, found);
     this.spares = new Spares(files, MAX_SPARES, () => this.commits?.dirChanged());
-    // In disk mode a mapped page written after its fdatasync faults again (12 against 5 µs a record, measured): pwritev there.
+    // In disk mode a mapped page written after its fdatasync faults again, dearer than a write: pwritev there.
     this.mappedOn = opts.sync === 'process' && opts.mapSegments !== false ? files.mappable(this.dir) : null;
     this.segmentMaxBytes = opts.segmentBytes ?? SEGMENT_MAX_BYTES;
     this.segmentBytes = Math.min(this.segmentMaxBytes, opts.maxBytes);
@@ -169,7 +168,7 @@ export class Journal {
     for (const path of found.spills) {
       const segment = newSegment(-1, this.slot, path, { capacity: 0, bytes: 0, recovered: true, spill: true });
       this.segments.push(segment);
-      this.toRecover.push(segment);
+      this.recovery.addSpill(segment);
     }
     for (const f of found.segments) {
       // Counted now (headers only), read when their turn comes: the metrics say what waits from the start.
@@ -178,12 +177,9 @@ export class Journal {
       const segment = newSegment(f.seq, f.slot, f.path, { capacity: bytes, bytes, recovered: true, doneBefore: readMarks(files, f.path, f.seq) });
       segment.records = records;
       this.segments.push(segment);
-      this.toRecover.push(segment);
       this.heldBytes += bytes;
-      this.recoveredLeft += Math.max(0, records - segment.doneBefore.size);
       const left = points.reduce((sum, n, index) => (segment.doneBefore.has(index) ? sum : sum + n), 0);
-      this.countedPoints.set(segment, left);
-      this.recoveredPointsLeft += left;
+      this.recovery.addSegment(segment, Math.max(0, records - segment.doneBefore.size), left);
     }
   }
 
@@ -204,17 +200,17 @@ export class Journal {
    * looked at once a second at most).
    */
   writable(): boolean {
-    if (this.failure !== null) return false;
-    if (this.noRoom === null) return true;
+    if (this.failedWith !== null) return false;
+    if (this.refusedForRoom === null) return true;
     const now = Date.now();
     if (now - this.lastProbeAt < PROBE_INTERVAL_MS) return false;
     this.lastProbeAt = now;
     try {
-      if (this.files.freeBytes(this.dir) >= 2 * this.refusedBytes) this.noRoom = null;
+      if (this.files.freeBytes(this.dir) >= 2 * this.refusedBytes) this.refusedForRoom = null;
     } catch {
       /* still refused */
     }
-    return this.noRoom === null;
+    return this.refusedForRoom === null;
   }
 
   /**
@@ -223,7 +219,7 @@ export class Journal {
    * having kept nothing of it: `full` when the disk refused it for room, else the journal has failed.
    */
   append(batch: JournalBatch, timestamp: number): InFlightRecord {
-    if (this.failure !== null) throw this.failure;
+    if (this.failedWith !== null) throw this.failedWith;
     const { segment, index, at } = this.write(batch, timestamp);
     return this.track(segment, index, at, batch.count, timestamp);
   }
@@ -243,7 +239,7 @@ export class Journal {
     } else {
       this.writeAt(segment, [head, batch.data], bytes);
     }
-    this.noRoom = null;
+    this.refusedForRoom = null;
     segment.bytes += bytes;
     this.heldBytes += bytes;
     this.commits?.written(segment.fd!);
@@ -271,7 +267,7 @@ export class Journal {
       this.seal(segment);
     }
     if (error.full) {
-      this.noRoom = error;
+      this.refusedForRoom = error;
       this.refusedBytes = bytes;
     } else this.fail(error);
     throw error;
@@ -279,8 +275,8 @@ export class Journal {
 
   /** The journal has failed: it takes nothing more, and says so once. */
   private fail(err: JournalError): void {
-    if (this.failure !== null) return;
-    this.failure = err;
+    if (this.failedWith !== null) return;
+    this.failedWith = err;
     this.onFailure?.(err);
   }
 
@@ -315,7 +311,7 @@ export class Journal {
 
   /** A new segment that could not be started: kept as refused for room, or the journal fails. */
   private refused(err: JournalError): JournalError {
-    if (err.full) this.noRoom = err;
+    if (err.full) this.refusedForRoom = err;
     else this.fail(err);
     return err;
   }
@@ -354,14 +350,7 @@ export class Journal {
    */
   view(record: InFlightRecord): JournalBatch | null {
     const map = record.segment.map;
-    if (map === null || record.at < 0) return null;
-    const count = record.points;
-    const offsetsAt = map.byteOffset + record.at + RECORD_HEADER_BYTES;
-    const dataAt = offsetsAt + 16 * count;
-    const bytes = Buffer.from(map.buffer, map.byteOffset + record.at, RECORD_HEADER_BYTES).readUInt32LE(8);
-    const messages = new Uint32Array(4 * count);
-    new Uint8Array(messages.buffer).set(new Uint8Array(map.buffer, offsetsAt, 16 * count));
-    return { count, data: new Uint8Array(map.buffer, dataAt, bytes - RECORD_HEADER_BYTES - 16 * count), messages };
+    return map === null || record.at < 0 ? null : viewRecordAt(map, record.at, record.points);
   }
 
   /**
@@ -370,35 +359,7 @@ export class Journal {
    * when it cannot be read back whole.
    */
   readBack(record: InFlightRecord): JournalRecord {
-    const segment = record.segment;
-    const fail = (what: string) => new JournalError(`cannot read back record ${record.index} of ${segment.path} at byte ${record.at}: ${what}`);
-    if (record.at < 0) throw fail('a record an earlier process left is read with its segment');
-    if (segment.map !== null) {
-      const found = readRecordAt(Buffer.from(segment.map.buffer, segment.map.byteOffset, segment.bytes), record.at);
-      if (found === null) throw fail('it does not check');
-      return found;
-    }
-    let fd: number;
-    try {
-      fd = segment.fd ?? this.files.openRead(segment.path);
-    } catch (err) {
-      throw fail((err as Error).message);
-    }
-    try {
-      const head = Buffer.alloc(RECORD_HEADER_BYTES);
-      this.files.read(fd, head, record.at);
-      const header = readHeader(head, 0);
-      if (header === null) throw fail('its header does not check');
-      const buf = Buffer.alloc(Math.min(header.bytes, segment.bytes - record.at));
-      this.files.read(fd, buf, record.at);
-      const found = readRecordAt(buf, 0);
-      if (found === null) throw fail('it does not check');
-      return found;
-    } catch (err) {
-      throw err instanceof JournalError ? err : fail((err as Error).message);
-    } finally {
-      if (segment.fd === null) this.files.close(fd);
-    }
+    return readRecordBack(this.files, record.segment, record.index, record.at);
   }
 
   // ---- acknowledgements -----------------------------------------------------------------------
@@ -418,12 +379,13 @@ export class Journal {
     record.remaining -= count;
     if (record.remaining > 0) return null;
     this.inFlight.delete(id);
-    this.donePoints += record.points;
+    this.pointsDone += record.points;
     const segment = record.segment;
     segment.done++;
     segment.marks.push(record.index);
     // An active segment whose records are all done need not wait to fill up before it goes.
-    if (segment === this.active && segment.done === segment.records && (segment.bytes >= ROLL_WHEN_DONE_BYTES || this.noRoom !== null)) this.seal(segment);
+    if (segment === this.active && segment.done === segment.records && (segment.bytes >= ROLL_WHEN_DONE_BYTES || this.refusedForRoom !== null))
+      this.seal(segment);
     else this.deleteIfDone(segment);
     return record;
   }
@@ -449,7 +411,7 @@ export class Journal {
    */
   private deleteIfDone(segment: Segment): void {
     if (!segment.sealed || segment.done < segment.records) return;
-    const spares = !segment.recovered && segment.slot === this.slot && this.noRoom === null && this.failure === null ? this.spares : null;
+    const spares = !segment.recovered && segment.slot === this.slot && this.refusedForRoom === null && this.failedWith === null ? this.spares : null;
     retireSegment(this.files, segment, spares);
     this.heldBytes -= segment.bytes;
     this.segments.splice(this.segments.indexOf(segment), 1);
@@ -459,7 +421,7 @@ export class Journal {
 
   /** Whether records left by an earlier process are still to be produced again. */
   get recovering(): boolean {
-    return this.toRecover.length > 0 || this.recoveredQueue.length > 0;
+    return this.recovery.recovering;
   }
 
   /**
@@ -470,48 +432,11 @@ export class Journal {
   nextRecovered(max: number): RecoveredRecord[] {
     const out: RecoveredRecord[] = [];
     while (out.length < max) {
-      if (this.recoveredQueue.length === 0) {
-        const segment = this.toRecover[0];
-        if (segment === undefined) {
-          this.recoveredLeft = 0;
-          this.recoveredPointsLeft = 0;
-          break;
-        }
-        this.recoveredQueue = this.readSegment(segment);
-        this.toRecover.shift();
-        continue;
-      }
-      const next = this.recoveredQueue.shift()!;
-      this.recoveredLeft = Math.max(0, this.recoveredLeft - 1);
-      this.recoveredPointsLeft = Math.max(0, this.recoveredPointsLeft - next.record.count);
+      const next = this.recovery.next();
+      if (next === undefined) break;
       out.push({ record: next.record, inFlight: this.track(next.segment, next.index, -1, next.record.count, next.record.timestamp) });
     }
     return out;
-  }
-
-  /** A recovered segment's records not marked done (segment-file.ts, readLeftRecords); a segment of none goes at once. */
-  private readSegment(segment: Segment): { segment: Segment; index: number; record: JournalRecord }[] {
-    // What the count of its headers at open said it holds, put right now that it is read.
-    const counted = Math.max(0, segment.records - segment.doneBefore.size);
-    let records;
-    try {
-      records = readLeftRecords(this.files, segment, (at, n, what) => this.damaged(segment.path, at, n, what));
-    } catch (err) {
-      this.fail(err as JournalError);
-      throw err;
-    }
-    if (segment.spill) this.heldBytes += segment.bytes;
-    this.recoveredLeft = Math.max(0, this.recoveredLeft + records.length - counted);
-    const points = records.reduce((sum, r) => sum + r.record.count, 0);
-    this.recoveredPointsLeft = Math.max(0, this.recoveredPointsLeft + points - (this.countedPoints.get(segment) ?? 0));
-    this.countedPoints.delete(segment);
-    if (records.length === 0) this.deleteIfDone(segment);
-    return records.map((r) => ({ segment, ...r }));
-  }
-
-  private damaged(file: string, at: number, records: number, what: string): void {
-    this.damagedRecords += records;
-    this.onDamage?.(file, at, records, what);
   }
 
   // ---- JOURNAL_SYNC=disk ----------------------------------------------------------------------
@@ -521,11 +446,31 @@ export class Journal {
    * not; in JOURNAL_SYNC=process mode at once.
    */
   afterCommit(done: CommitDone): void {
-    if (this.commits === null) done(this.failure);
+    if (this.commits === null) done(this.failedWith);
     else this.commits.afterCommit(done);
   }
 
   // ---- what it holds --------------------------------------------------------------------------
+
+  /** The journal failed (a write or sync the disk failed): it takes nothing more. */
+  get failure(): JournalError | null {
+    return this.failedWith;
+  }
+
+  /** The last append was refused for room: cleared once the disk has room again (writable()). */
+  get noRoom(): JournalError | null {
+    return this.refusedForRoom;
+  }
+
+  /** Records found damaged when read back. */
+  get damagedRecords(): number {
+    return this.damagedCount;
+  }
+
+  /** Points of the records done (every point acknowledged, or committed) since the journal opened. */
+  get donePoints(): number {
+    return this.pointsDone;
+  }
 
   /** Bytes of every file not yet deleted (JOURNAL_MAX_BYTES bounds it). */
   get bytes(): number {
@@ -538,12 +483,12 @@ export class Journal {
 
   /** Records not yet acknowledged whole: in flight, and left by an earlier process to be produced again. */
   get records(): number {
-    return this.inFlight.size + this.recoveredLeft;
+    return this.inFlight.size + this.recovery.records;
   }
 
   /** Points of the records left by an earlier process not yet handed out (an estimate until each file is read). */
   get recoveredPoints(): number {
-    return this.recoveredPointsLeft;
+    return this.recovery.points;
   }
 
   /** Points of the records in flight not yet acknowledged. */

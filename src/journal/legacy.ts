@@ -44,7 +44,12 @@ export function* scanLegacySegment(buf: Buffer, seq: number): Generator<SegmentI
     if (total === null) return; // the end of this segment's records (a spare's earlier records may follow)
     const count = buf.readUInt32LE(at + 12);
     if (total < HEADER_BYTES + 16 * count || at + total > buf.byteLength) {
-      yield { kind: 'damaged', at, records: 1, what: `${buf.byteLength - at} bytes that are not a whole record (a write cut short); the file is read up to them` };
+      yield {
+        kind: 'damaged',
+        at,
+        records: 1,
+        what: `${buf.byteLength - at} bytes that are not a whole record (a write cut short); the file is read up to them`,
+      };
       return;
     }
     const body = buf.subarray(at + PREFIX_BYTES, at + total);
@@ -56,7 +61,12 @@ export function* scanLegacySegment(buf: Buffer, seq: number): Generator<SegmentI
     index++;
   }
   if (at < buf.byteLength) {
-    yield { kind: 'damaged', at, records: 1, what: `${buf.byteLength - at} bytes that are not a whole record (a write cut short); the file is read up to them` };
+    yield {
+      kind: 'damaged',
+      at,
+      records: 1,
+      what: `${buf.byteLength - at} bytes that are not a whole record (a write cut short); the file is read up to them`,
+    };
   }
 }
 
@@ -105,7 +115,12 @@ export function* readSpillFile(buf: Buffer): Generator<SegmentItem> {
     }
     // value then key, as produceBatch takes them: one message.
     const data = Buffer.concat([buf.subarray(at + 20 + keyLen, end), buf.subarray(at + 20, at + 20 + keyLen)]);
-    yield { kind: 'record', at, index: index++, record: { count: 1, data, messages: Uint32Array.of(0, valueLen, valueLen, valueLen + keyLen), timestamp: buf.readDoubleLE(at + 12) } };
+    yield {
+      kind: 'record',
+      at,
+      index: index++,
+      record: { count: 1, data, messages: Uint32Array.of(0, valueLen, valueLen, valueLen + keyLen), timestamp: buf.readDoubleLE(at + 12) },
+    };
     at = end;
   }
   if (at < buf.byteLength) yield { kind: 'damaged', at, records: 1, what: 'a torn spill record at the end of the file' };

@@ -1,10 +1,9 @@
 // What the journal needs that Node does not give, from the addon of our own
 // (native/journal-files: one C file, Node-API, built by node-gyp at install):
 //   - a segment file allocated on the disk whole and mapped into memory, shared with the file: a
-//     record is then written with a copy instead of a system call (1.3 against 6.2 µs for a record of
-//     100 points, docs/performance.md), and is in the OS's page cache, which outlives the process, as
-//     soon as it is copied;
-//   - CRC-32C with the CPU's instruction (2.3 against 5.7 µs for zlib's CRC-32 over that record), and a
+//     record is then written with a copy instead of a system call, and is in the OS's page cache,
+//     which outlives the process, as soon as it is copied;
+//   - CRC-32C with the CPU's instruction (zlib's CRC-32 costs more than twice as much), and a
 //     record's two checks sealed in one call;
 //   - flock(2), the lock one process holds on a journal slot (slot-lock.ts).
 import { statfsSync } from 'node:fs';

@@ -104,6 +104,19 @@ function readBody(buf: Buffer, at: number, h: RecordHeader): JournalRecord | nul
   return { count: h.count, data, messages, timestamp: h.timestamp };
 }
 
+/**
+ * The record this process wrote at `at` of a mapped segment, as produceBatch takes it: its data a view
+ * of the mapping, only its offsets copied (to be aligned). Not checked: the caller wrote those bytes.
+ */
+export function viewRecordAt(map: Uint8Array, at: number, count: number): JournalBatch {
+  const offsetsAt = map.byteOffset + at + RECORD_HEADER_BYTES;
+  const dataAt = offsetsAt + 16 * count;
+  const bytes = Buffer.from(map.buffer, map.byteOffset + at, RECORD_HEADER_BYTES).readUInt32LE(AT.bytes);
+  const messages = new Uint32Array(4 * count);
+  new Uint8Array(messages.buffer).set(new Uint8Array(map.buffer, offsetsAt, 16 * count));
+  return { count, data: new Uint8Array(map.buffer, dataAt, bytes - RECORD_HEADER_BYTES - 16 * count), messages };
+}
+
 /** The whole record at `at` in `buf`, when its header and body check; else null. */
 export function readRecordAt(buf: Buffer, at: number): JournalRecord | null {
   const h = readHeader(buf, at);
@@ -137,7 +150,13 @@ export function* scanSegment(buf: Buffer, seq: number): Generator<SegmentItem> {
   while (at < end) {
     const h = readHeader(buf, at);
     if (h !== null && h.segment === seq && h.index >= due) {
-      if (h.index > due) yield { kind: 'damaged', at: gapAt, records: h.index - due, what: `${h.index - due} record(s) of this segment cannot be read (damaged; the next whole one, index ${h.index}, is at byte ${at})` };
+      if (h.index > due)
+        yield {
+          kind: 'damaged',
+          at: gapAt,
+          records: h.index - due,
+          what: `${h.index - due} record(s) of this segment cannot be read (damaged; the next whole one, index ${h.index}, is at byte ${at})`,
+        };
       gapAt = -1;
       suspects = 0;
       due = h.index + 1;
@@ -160,7 +179,13 @@ export function* scanSegment(buf: Buffer, seq: number): Generator<SegmentItem> {
     if (byFirstHalf < 0 && bySecondHalf < 0) break;
     at = byFirstHalf < 0 ? bySecondHalf - 2 : bySecondHalf < 0 ? byFirstHalf : Math.min(byFirstHalf, bySecondHalf - 2);
   }
-  if (suspects > 0) yield { kind: 'damaged', at: gapAt, records: suspects, what: `${suspects} record(s) from index ${due} cannot be read (a damaged header), and no whole record of this segment follows` };
+  if (suspects > 0)
+    yield {
+      kind: 'damaged',
+      at: gapAt,
+      records: suspects,
+      what: `${suspects} record(s) from index ${due} cannot be read (a damaged header), and no whole record of this segment follows`,
+    };
 }
 
 /**

@@ -6,15 +6,15 @@
 // How a record is written. In JOURNAL_SYNC=process mode, on a file system that keeps allocated blocks
 // allocated (native.ts), a segment file is allocated whole and mapped into memory when it is started,
 // and a record is copied into the mapping: the page cache is the file, so the record outlives the
-// process just as a written one does, for a copy instead of a system call (1.3 against 6.2 µs for a
-// record of 100 points). A spare keeps its mapping for its next use. In disk mode (a mapped page
-// written after its fdatasync faults again: 12 against 5 µs a record), where the disk cannot give a
-// whole segment (nearly full), or on other file systems, records are written with pwritev.
+// process just as a written one does, for a copy instead of a system call. A spare keeps its mapping
+// for its next use. In disk mode (a mapped page written after its fdatasync faults again, which costs
+// more than the write), where the disk cannot give a whole segment (nearly full), or on other file
+// systems, records are written with pwritev.
 import type { JournalFiles } from './files.js';
 import { isNoRoom, JournalError } from './journal-error.js';
 import { decodeLegacyMarks, isLegacySegment, legacyRecordBytes, readSpillFile, scanLegacySegment } from './legacy.js';
 import { decodeMarks, encodeMarks } from './marks.js';
-import { readHeader, RECORD_HEADER_BYTES, scanSegment, type JournalRecord, type SegmentItem } from './record.js';
+import { readHeader, readRecordAt, RECORD_HEADER_BYTES, scanSegment, type JournalRecord, type SegmentItem } from './record.js';
 import { marksFilesOf, marksPath, unlinkIfThere, type Spare, type Spares } from './slot-files.js';
 
 export interface Segment {
@@ -39,7 +39,7 @@ export interface Segment {
   readonly spill: boolean;
   /** Indexes marked done: written to .done at the next flushMarks(). */
   marks: number[];
-  /** The .done file, open for appending once a mark was written (opening it every poll cost 4.9 µs a request). */
+  /** The .done file, open for appending once a mark was written (opened once: opening it every poll cost more than the append). */
   marksFd: number | null;
   /** Recovered: indexes already marked done by an earlier process. */
   readonly doneBefore: ReadonlySet<number>;
@@ -52,8 +52,21 @@ export function newSegment(
   o: { capacity: number; bytes: number; recovered?: boolean; spill?: boolean; doneBefore?: ReadonlySet<number> },
 ): Segment {
   return {
-    seq, slot, path, fd: null, map: null, capacity: o.capacity, bytes: o.bytes, records: 0, done: 0, sealed: false,
-    recovered: o.recovered ?? false, spill: o.spill ?? false, marks: [], marksFd: null, doneBefore: o.doneBefore ?? new Set(),
+    seq,
+    slot,
+    path,
+    fd: null,
+    map: null,
+    capacity: o.capacity,
+    bytes: o.bytes,
+    records: 0,
+    done: 0,
+    sealed: false,
+    recovered: o.recovered ?? false,
+    spill: o.spill ?? false,
+    marks: [],
+    marksFd: null,
+    doneBefore: o.doneBefore ?? new Set(),
   };
 }
 
@@ -74,7 +87,13 @@ function closeMarks(files: JournalFiles, segment: Segment): void {
  * new file's blocks), and records are written one by one until the disk refuses one. Throws
  * JournalError (`full` when the disk refused for room).
  */
-export function startSegmentFile(files: JournalFiles, path: string, spare: Spare | undefined, capacity: number, mappable: boolean): { fd: number; map: Uint8Array | null } {
+export function startSegmentFile(
+  files: JournalFiles,
+  path: string,
+  spare: Spare | undefined,
+  capacity: number,
+  mappable: boolean,
+): { fd: number; map: Uint8Array | null } {
   let fd: number;
   let map: Uint8Array | null = null;
   try {
@@ -140,7 +159,11 @@ export function readSegmentFile(buf: Buffer, seq: number): SegmentItem[] {
  * already, so the segment goes once the others are. Throws JournalError when the file cannot be read:
  * it stays, for the next process to read.
  */
-export function readLeftRecords(files: JournalFiles, segment: Segment, damaged: (at: number, records: number, what: string) => void): { index: number; record: JournalRecord }[] {
+export function readLeftRecords(
+  files: JournalFiles,
+  segment: Segment,
+  damaged: (at: number, records: number, what: string) => void,
+): { index: number; record: JournalRecord }[] {
   let buf: Buffer;
   try {
     buf = files.readFile(segment.path);
@@ -262,5 +285,37 @@ export function retireSegment(files: JournalFiles, segment: Segment, spares: Spa
   } catch {
     // A file the disk would not delete: it is read again at the next start, its records marked done
     // (or, should its marks be gone already, produced again: duplicates, never a loss).
+  }
+}
+
+/** The record `index` this process wrote at byte `at` of a segment, read back whole. Throws JournalError when it cannot be. */
+export function readRecordBack(files: JournalFiles, segment: Segment, index: number, at: number): JournalRecord {
+  const fail = (what: string) => new JournalError(`cannot read back record ${index} of ${segment.path} at byte ${at}: ${what}`);
+  if (at < 0) throw fail('a record an earlier process left is read with its segment');
+  if (segment.map !== null) {
+    const found = readRecordAt(Buffer.from(segment.map.buffer, segment.map.byteOffset, segment.bytes), at);
+    if (found === null) throw fail('it does not check');
+    return found;
+  }
+  let fd: number;
+  try {
+    fd = segment.fd ?? files.openRead(segment.path);
+  } catch (err) {
+    throw fail((err as Error).message);
+  }
+  try {
+    const head = Buffer.alloc(RECORD_HEADER_BYTES);
+    files.read(fd, head, at);
+    const header = readHeader(head, 0);
+    if (header === null) throw fail('its header does not check');
+    const buf = Buffer.alloc(Math.min(header.bytes, segment.bytes - at));
+    files.read(fd, buf, at);
+    const found = readRecordAt(buf, 0);
+    if (found === null) throw fail('it does not check');
+    return found;
+  } catch (err) {
+    throw err instanceof JournalError ? err : fail((err as Error).message);
+  } finally {
+    if (segment.fd === null) files.close(fd);
   }
 }

@@ -118,7 +118,8 @@ export function findSlotFiles(files: JournalFiles, dir: string, slot: number, cl
   }
   for (const name of names) {
     const m = SLOT_FILE_RE.exec(name);
-    if (m !== null && (m[3] === 'done' || m[3] === 'acks') && claimed.has(Number(m[1])) && !segmentKeys.has(`${m[1]}.${m[2]}`)) removeQuietly(files, join(dir, name));
+    if (m !== null && (m[3] === 'done' || m[3] === 'acks') && claimed.has(Number(m[1])) && !segmentKeys.has(`${m[1]}.${m[2]}`))
+      removeQuietly(files, join(dir, name));
   }
   segments.sort((a, b) => a.slot - b.slot || a.seq - b.seq);
   spills.sort();
@@ -181,9 +182,8 @@ export interface Spare {
 
 /**
  * Done segment files kept to be written over by the next segments (two at most), this process's own:
- * writing over pages the OS already holds cost less than half of writing new ones (6-7 against 15-17
- * µs of CPU per 12.8 KB record, measured on this machine's ext4), and on the live service it was most
- * of the journal's cost. Records of the file's earlier use, left past the new ones, carry their old
+ * writing over pages the OS already holds costs less than half of writing new ones, and new pages were
+ * most of the journal's cost on the live service. Records of the file's earlier use, left past the new ones, carry their old
  * segment number, which tells them apart (record.ts).
  */
 export class Spares {

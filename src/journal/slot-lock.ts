@@ -59,7 +59,12 @@ export function lockJournalDir(files: JournalFiles, dir: string): HeldLock {
   const path = join(dir, SERVICE_LOCK);
   const fd = tryLock(files, path);
   if (fd === null) {
-    throw new JournalInUse(dir, path, holderOf(files, path), `the journal directory ${dir} (JOURNAL_DIR) is in use by another service; give each instance a directory of its own`);
+    throw new JournalInUse(
+      dir,
+      path,
+      holderOf(files, path),
+      `the journal directory ${dir} (JOURNAL_DIR) is in use by another service; give each instance a directory of its own`,
+    );
   }
   return heldLock(files, fd);
 }
@@ -92,7 +97,13 @@ export async function claimSlots(opts: ClaimOptions): Promise<SlotClaim> {
     await new Promise((resolve) => setTimeout(resolve, 100));
     fd = tryLock(opts.files, path);
   }
-  if (fd === null) throw new JournalInUse(opts.dir, path, holderOf(opts.files, path), `journal slot ${opts.slot} of ${opts.dir} (JOURNAL_DIR) is still in use after ${opts.waitMs} ms`);
+  if (fd === null)
+    throw new JournalInUse(
+      opts.dir,
+      path,
+      holderOf(opts.files, path),
+      `journal slot ${opts.slot} of ${opts.dir} (JOURNAL_DIR) is still in use after ${opts.waitMs} ms`,
+    );
   return claimOthers(opts, fd);
 }
 

@@ -22,8 +22,7 @@ export interface BrokerLinkOptions {
 }
 
 export class BrokerLink {
-  /** The binding's connection: produceBatch() may be called. */
-  connected = false;
+  private isConnected = false;
   private stopped = false;
   private readonly connectFailures: Throttled;
   private readonly topicMissing: Throttled;
@@ -32,6 +31,11 @@ export class BrokerLink {
   private pollInFlight = false;
   private readonly topic: string;
   private readonly log: Logger;
+
+  /** The binding's connection: produceBatch() may be called. */
+  get connected(): boolean {
+    return this.isConnected;
+  }
 
   constructor(
     private readonly producer: Kafka.Producer,
@@ -53,9 +57,9 @@ export class BrokerLink {
 
   /** Disconnects within timeoutMs (at least 1 s) if connected. */
   async disconnect(timeoutMs: number): Promise<void> {
-    if (!this.connected) return;
+    if (!this.isConnected) return;
     await new Promise<void>((resolve) => this.producer.disconnect(Math.max(1000, timeoutMs), () => resolve()));
-    this.connected = false;
+    this.isConnected = false;
   }
 
   /** Connects in the background and keeps retrying. */
@@ -75,7 +79,7 @@ export class BrokerLink {
         return;
       }
       const topicReady = hasLeaders(metadata, this.topic);
-      this.connected = true;
+      this.isConnected = true;
       this.state.onConnected(topicReady);
       this.producer.setPollInterval(POLL_INTERVAL_MS);
       this.startMetadataPoll();

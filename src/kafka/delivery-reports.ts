@@ -147,7 +147,13 @@ export class DeliveryReports {
       } else if (report.tag !== undefined && report.value != null && report.key != null) {
         const key = typeof report.key === 'string' ? Buffer.from(report.key) : report.key;
         this.onFailed({ id: report.tag, key, value: report.value, possiblyWritten: report.status !== MSG_STATUS.NOT_PERSISTED });
-        this.failures.report({ code, message: err.message, partition: report.partition, status: report.status, kept: 'in the journal, produced again after a back-off' });
+        this.failures.report({
+          code,
+          message: err.message,
+          partition: report.partition,
+          status: report.status,
+          kept: 'in the journal, produced again after a back-off',
+        });
       } else {
         // Every message of ACK_MODE=async has its record's tag and its payload (dr_msg_cb).
         this.failures.report({ code, message: err.message, partition: report.partition, kept: 'no: a report without its record' });

@@ -105,9 +105,22 @@ export async function readPositions(opts: ReadPositionsOptions): Promise<Map<str
         return { partition, low: w.lowOffset, high: w.highOffset };
       }),
     );
-    let found = await readRanges(consumer, opts.topic, ends.map((e) => ({ ...e, from: Math.max(e.low, e.high - TAIL_MESSAGES) })), opts.keys, deadline);
+    let found = await readRanges(
+      consumer,
+      opts.topic,
+      ends.map((e) => ({ ...e, from: Math.max(e.low, e.high - TAIL_MESSAGES) })),
+      opts.keys,
+      deadline,
+    );
     const cut = ends.some((e) => e.high - TAIL_MESSAGES > e.low);
-    if (cut && opts.keys.some((k) => !found.has(k))) found = await readRanges(consumer, opts.topic, ends.map((e) => ({ ...e, from: e.low })), opts.keys, deadline);
+    if (cut && opts.keys.some((k) => !found.has(k)))
+      found = await readRanges(
+        consumer,
+        opts.topic,
+        ends.map((e) => ({ ...e, from: e.low })),
+        opts.keys,
+        deadline,
+      );
     return found;
   } finally {
     await new Promise<void>((resolve) => consumer.disconnect(() => resolve()));
@@ -138,7 +151,10 @@ async function readRanges(
   try {
     while (open.size > 0) {
       if (Date.now() > deadline) {
-        throw new PositionsUnavailable(`cannot read the positions topic ${topic} to its end in time (partitions ${[...open.keys()].join(', ')} not read): a transaction left open holds read_committed readers back until TRANSACTION_TIMEOUT_MS, or its leader is moving`, true);
+        throw new PositionsUnavailable(
+          `cannot read the positions topic ${topic} to its end in time (partitions ${[...open.keys()].join(', ')} not read): a transaction left open holds read_committed readers back until TRANSACTION_TIMEOUT_MS, or its leader is moving`,
+          true,
+        );
       }
       const messages = await call<Kafka.Message[]>((cb) => consumer.consume(1000, cb));
       for (const m of messages) {

@@ -1,8 +1,8 @@
 // One producer per worker process (@confluentinc/kafka-javascript, node-rdkafka's API), created by the
 // worker itself: each worker is its own librdkafka client (cluster.fork() starts a new process).
 // librdkafka does the batching: linger.ms=10, batch.num.messages=100. This module talks to Kafka and
-// nothing else; what a request's points go through before and after is the write-ahead path's
-// (write-ahead/write-ahead.ts).
+// nothing else; what a request's points go through before and after is the delivery mode's sink
+// (write-ahead/delivery-mode.ts).
 //
 // What it offers the write-ahead path:
 //   - produce(batch, tag, timestamp): one native call for a whole request (produceBatch, added to
@@ -31,6 +31,7 @@ import { BrokerState, silenceReason } from './broker-state.js';
 import { codeName, DeliveryReports, TicketDeadlines, type DeliveryTicket, type FailedMessage } from './delivery-reports.js';
 import { messageMaxBytes, type ProducerSettings } from './settings.js';
 import { realBrokers, StatisticsExporter, topicLeaders, type Statistics } from './statistics.js';
+import { enqueuedBefore, isFenced, KafkaTransactions } from './transactional-producer.js';
 
 /** What a message handed to produce() may be: the shape of a journal record (journal/record.ts). */
 export interface ProducedBatch {
@@ -70,19 +71,20 @@ export class KafkaProducer {
   private readonly link: BrokerLink;
   /** librdkafka's queue in bytes, as of its last statistics (a metric; admission counts messages). */
   private statsQueueBytes = 0;
-  /** Why Kafka takes nothing now, or null; recomputed on every state change (read for every request). */
-  refusal: ProducerRefusal | null = 'broker_unavailable';
-  events: ProducerEvents | null = null;
+  private refused: ProducerRefusal | null = 'broker_unavailable';
   private readonly brokerErrors: Throttled;
   private readonly clientErrors: Throttled;
   private readonly clientWarnings: Throttled;
   private readonly acceptingWaiters = new Set<() => void>();
+  /** DELIVERY=exactly-once (a transactional.id in the settings): the transaction calls; null otherwise. */
+  readonly transactions: KafkaTransactions | null;
 
   constructor(
     config: Config,
     private readonly log: Logger,
     private readonly metrics: WorkerMetrics,
     readonly settings: ProducerSettings,
+    private readonly events: ProducerEvents,
     /** How long one connection attempt may take (10 s): the process's exit waits for the one under way. */
     connectTimeoutMs?: number,
   ) {
@@ -91,14 +93,31 @@ export class KafkaProducer {
     this.state = new BrokerState({ brokers: config.brokers, topic: config.topic, graceMs: config.brokerDownGraceMs });
     this.statistics = new StatisticsExporter(metrics, config.topic);
     this.deadlines = new TicketDeadlines(config.deliveryTimeoutMs);
-    this.reports = new DeliveryReports(metrics, log, (failed) => this.events?.onFailed(failed));
+    this.reports = new DeliveryReports(metrics, log, (failed) => events.onFailed(failed));
     // Throws on an unknown or invalid property: the worker reports it as a configuration error.
     this.producer = new Kafka.Producer(settings.global, settings.topic);
     if (typeof this.producer.produceBatch !== 'function' || typeof this.producer.takeAcks !== 'function') {
-      throw new Error('@confluentinc/kafka-javascript lacks produceBatch and takeAcks: patches/ was not applied; run scripts/build-kafka-client.sh (scripts/install.sh runs it)');
+      throw new Error(
+        '@confluentinc/kafka-javascript lacks produceBatch and takeAcks: patches/ was not applied; run scripts/build-kafka-client.sh (scripts/install.sh runs it)',
+      );
     }
-    this.link = new BrokerLink(this.producer, this.state, { brokers: config.brokers, topic: config.topic, log, connectTimeoutMs, changed: () => this.updateRefusal() });
+    this.link = new BrokerLink(this.producer, this.state, {
+      brokers: config.brokers,
+      topic: config.topic,
+      log,
+      connectTimeoutMs,
+      changed: () => this.updateRefusal(),
+    });
     this.brokerErrors = new Throttled(log, 'warn', 'kafka client error');
+    this.transactions =
+      settings.global['transactional.id'] === undefined
+        ? null
+        : new KafkaTransactions(
+            this.producer,
+            this.topic,
+            () => this.takeAcks(),
+            (err, enqueued, count) => this.brokerErrors.report({ err, enqueued, count, kept: 'in the journal, produced again in the next transaction' }),
+          );
     // The binding's error events carry only the code's name ("ssl error"); librdkafka says why in its
     // log ("SSL handshake failed: ... certificate verify failed"), passed on here at its level.
     this.clientErrors = new Throttled(log, 'error', 'librdkafka');
@@ -107,6 +126,11 @@ export class KafkaProducer {
     this.producer.on('event.error', (err) => this.onError(err));
     this.producer.on('event.stats', (event: { message: string }) => this.onStats(JSON.parse(event.message) as Statistics));
     this.producer.on('event.log', (event: { severity: number; fac: string; message: string }) => this.onClientLog(event));
+  }
+
+  /** Why Kafka takes nothing now, or null; recomputed on every state change (read for every request). */
+  get refusal(): ProducerRefusal | null {
+    return this.refused;
   }
 
   /** Connects in the background and keeps retrying; until then `refusal` is 'broker_unavailable'. */
@@ -136,7 +160,7 @@ export class KafkaProducer {
 
   /** Resolves true once Kafka takes points, or false after timeoutMs. */
   whenAccepting(timeoutMs: number): Promise<boolean> {
-    if (this.refusal === null) return Promise.resolve(true);
+    if (this.refused === null) return Promise.resolve(true);
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
         this.acceptingWaiters.delete(done);
@@ -185,7 +209,10 @@ export class KafkaProducer {
       ticket.remaining = enqueued;
       if (enqueued > 0) {
         this.metrics.deliveryErrors.labels('PARTIAL_ENQUEUE').inc(enqueued);
-        this.log.error({ err, enqueued, count }, 'produce failed midway: the points already queued will be delivered; the client gets 500 and may resend them (duplicates, never a loss)');
+        this.log.error(
+          { err, enqueued, count },
+          'produce failed midway: the points already queued will be delivered; the client gets 500 and may resend them (duplicates, never a loss)',
+        );
       } else {
         this.brokerErrors.report({ err });
       }
@@ -201,82 +228,6 @@ export class KafkaProducer {
   takeAcks(): Uint32Array | undefined {
     return this.link.connected ? this.producer.takeAcks() : undefined;
   }
-
-  // ---- DELIVERY=exactly-once: librdkafka's transaction calls (write-ahead/transactions.ts) ----------
-  // Each takes an explicit timeout: the binding's default of 5 s turns a slow commit into an abort.
-  // A failure rejects with librdkafka's error, whose isRetriable, isTxnRequiresAbort and isFatal say
-  // what the caller may do next.
-
-  /** Fences every earlier producer of this transactional.id and aborts its open transaction. */
-  initTransactions(timeoutMs: number): Promise<void> {
-    return this.transactionCall((done) => this.producer.initTransactions(timeoutMs, done));
-  }
-
-  beginTransaction(): Promise<void> {
-    this.transactionFailed = false;
-    return this.transactionCall((done) => this.producer.beginTransaction(done));
-  }
-
-  /** Flushes what the transaction produced, then commits it. */
-  commitTransaction(timeoutMs: number): Promise<void> {
-    return this.transactionCall((done) => this.producer.commitTransaction(timeoutMs, done));
-  }
-
-  abortTransaction(timeoutMs: number): Promise<void> {
-    return this.transactionCall((done) => this.producer.abortTransaction(timeoutMs, done));
-  }
-
-  /** The transaction call under way (the binding runs it on a thread of libuv's pool), for disconnect(). */
-  private callUnderWay: Promise<unknown> | null = null;
-
-  private transactionCall(call: (done: (err: Kafka.LibrdKafkaError | null | undefined) => void) => void): Promise<void> {
-    const result = settled(call);
-    const underWay = result.catch(() => undefined).finally(() => {
-      if (this.callUnderWay === underWay) this.callUnderWay = null;
-    });
-    this.callUnderWay = underWay;
-    return result;
-  }
-
-  /**
-   * Hands messages to librdkafka for `topic` (a transaction's position: transactions.ts), keyed, with
-   * the current time; whether it took them all (a full queue takes fewer), and throws what librdkafka
-   * raises. The tag is unused: in a transaction the commit, not the acknowledgements, says what Kafka has.
-   */
-  produceTo(topic: string, batch: ProducedBatch): boolean {
-    return this.producer.produceBatch(topic, batch.data, batch.messages, 0, Date.now()) === batch.count;
-  }
-
-  /**
-   * Hands the messages of a batch from the `from`-th on to librdkafka (what a full queue refused
-   * before); returns how many of those it took.
-   */
-  produceRest(batch: ProducedBatch, from: number, timestamp: number): number {
-    const rest = from === 0 ? batch : { count: batch.count - from, data: batch.data, messages: batch.messages.subarray(4 * from) };
-    try {
-      return this.producer.produceBatch(this.topic, rest.data, rest.messages, 0, timestamp);
-    } catch (err) {
-      // librdkafka raised a fatal error (a fenced transactional producer): it takes nothing more, and
-      // the transaction's next call says which error it was. A state error: the transaction failed
-      // (a message of it timed out, or the broker refused one), and librdkafka refuses every message
-      // until it is aborted.
-      const code = (err as { code?: number }).code;
-      if (code === Kafka.CODES.ERRORS.ERR__FATAL) this.failedFatally = true;
-      else if (code === Kafka.CODES.ERRORS.ERR__STATE) this.transactionFailed = true;
-      const enqueued = enqueuedBefore(err);
-      this.brokerErrors.report({ err, enqueued, count: rest.count, kept: 'in the journal, produced again in the next transaction' });
-      return enqueued;
-    }
-  }
-
-  /** librdkafka refused a message with its fatal error: this producer takes nothing more. */
-  failedFatally = false;
-
-  /**
-   * librdkafka refused a message because the transaction under way failed (its abortable error
-   * state): only abortTransaction lets it take messages again. Cleared by beginTransaction.
-   */
-  transactionFailed = false;
 
   /**
    * Stops taking points and waits until every queued point is acknowledged or has failed, at most
@@ -306,12 +257,16 @@ export class KafkaProducer {
    */
   async disconnect(timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;
-    if (this.callUnderWay !== null) {
+    const underWay = this.transactions?.callUnderWay() ?? null;
+    if (underWay !== null) {
       let timer: NodeJS.Timeout | undefined;
-      await Promise.race([this.callUnderWay, new Promise((resolve) => (timer = setTimeout(resolve, Math.max(0, timeoutMs))))]);
+      await Promise.race([underWay, new Promise((resolve) => (timer = setTimeout(resolve, Math.max(0, timeoutMs))))]);
       clearTimeout(timer);
-      if (this.callUnderWay !== null) {
-        this.log.warn({ timeoutMs }, 'a Kafka transaction call is still under way: the producer is left connected (disconnecting under it would crash the process)');
+      if (this.transactions?.callUnderWay() !== null) {
+        this.log.warn(
+          { timeoutMs },
+          'a Kafka transaction call is still under way: the producer is left connected (disconnecting under it would crash the process)',
+        );
         return;
       }
     }
@@ -323,9 +278,12 @@ export class KafkaProducer {
   private onError(err: Kafka.LibrdKafkaError): void {
     if (err.isFatal) {
       this.state.onFatalError();
-      this.log.fatal({ err }, 'fatal kafka producer error: this worker stops taking points and is replaced (ACK_MODE=async: the journal keeps what Kafka has not acknowledged)');
+      this.log.fatal(
+        { err },
+        'fatal kafka producer error: this worker stops taking points and is replaced (ACK_MODE=async: the journal keeps what Kafka has not acknowledged)',
+      );
       this.updateRefusal();
-      this.events?.onFatal(isFenced(err));
+      this.events.onFatal(isFenced(err));
       return;
     }
     if (err.code === Kafka.CODES.ERRORS.ERR__ALL_BROKERS_DOWN) {
@@ -358,7 +316,10 @@ export class KafkaProducer {
     for (const b of this.state.brokersSilence()) this.metrics.brokerSilent.labels(String(b.nodeid)).set(b.silentMs / 1000);
     if (change !== null && 'stalled' in change) {
       const { stalled } = change;
-      this.log.warn({ broker: stalled.name, silentMs: stalled.silentMs, waiting: stalled.waiting }, `${silenceReason(stalled)}; refusing points until it answers`);
+      this.log.warn(
+        { broker: stalled.name, silentMs: stalled.silentMs, waiting: stalled.waiting },
+        `${silenceReason(stalled)}; refusing points until it answers`,
+      );
       this.metrics.stalled.set(1);
     } else if (change !== null) {
       this.log.info({ broker: change.answering.name }, 'kafka brokers answer again; taking points');
@@ -368,46 +329,14 @@ export class KafkaProducer {
   }
 
   private updateRefusal(): void {
-    const before = this.refusal;
-    this.refusal = this.state.refusal();
-    if (before === this.refusal) return;
-    this.log.info({ from: before ?? 'accepting', to: this.refusal ?? 'accepting' }, 'producer state changed');
-    if (this.refusal === null) {
+    const before = this.refused;
+    this.refused = this.state.refusal();
+    if (before === this.refused) return;
+    this.log.info({ from: before ?? 'accepting', to: this.refused ?? 'accepting' }, 'producer state changed');
+    if (this.refused === null) {
       for (const waiter of this.acceptingWaiters) waiter();
       this.acceptingWaiters.clear();
-      this.events?.onAccepting();
+      this.events.onAccepting();
     }
   }
-}
-
-/**
- * DELIVERY=exactly-once: fences every producer of the transactional.id in `settings` (a producer of
- * that id calls initTransactions, which aborts the last holder's open transaction, then disconnects):
- * what slot 0 does for the slots whose files it took over, as Kafka Connect fences the tasks of an
- * earlier generation.
- */
-export async function fenceTransactionalId(settings: ProducerSettings, timeoutMs: number): Promise<void> {
-  const producer = new Kafka.Producer(settings.global, settings.topic);
-  await new Promise<void>((resolve, reject) => producer.connect({ timeout: timeoutMs }, (err) => (err ? reject(err) : resolve())));
-  try {
-    await settled((done) => producer.initTransactions(timeoutMs, done));
-  } finally {
-    await new Promise<void>((resolve) => producer.disconnect(timeoutMs, () => resolve()));
-  }
-}
-
-/** Whether librdkafka says another producer took this one's transactional.id (a newer epoch): fatal. */
-export function isFenced(err: { code?: number } | null | undefined): boolean {
-  return err?.code === Kafka.CODES.ERRORS.ERR__FENCED || err?.code === Kafka.CODES.ERRORS.ERR_PRODUCER_FENCED;
-}
-
-/** A binding call with a callback of an error or nothing, as a promise. */
-function settled(call: (done: (err: Kafka.LibrdKafkaError | null | undefined) => void) => void): Promise<void> {
-  return new Promise((resolve, reject) => call((err) => (err ? reject(err) : resolve())));
-}
-
-/** How many messages produceBatch queued before it threw (its error says; 0 for any other error). */
-function enqueuedBefore(err: unknown): number {
-  const enqueued = typeof err === 'object' && err !== null && 'enqueued' in err ? err.enqueued : 0;
-  return typeof enqueued === 'number' ? enqueued : 0;
 }

@@ -12,9 +12,9 @@
 // Connected only while there are refusals to write. At start it connects once, to say whether the
 // topic exists, and closes; the next refusal opens it again (what is refused meanwhile waits, at most
 // MQ_REFUSED_RATE × 10 messages), and it closes once nothing was sent for MQ_REFUSED_IDLE_MS and
-// every report came. Why: an idle librdkafka client still costs its worker about 1 ms of CPU a
-// second (its threads' timers, the polls), 0.5 to 1 % of a worker under the design load, and issue
-// 47 allows the accepted path 1 % for the topic (bench/HISTORY.md, 2026-11-29).
+// every report came. Why: an idle librdkafka client still costs its worker CPU every second (its
+// threads' timers, the polls), a share of the accepted path's that a topic used only by bad requests
+// should not take.
 import Kafka from '@confluentinc/kafka-javascript';
 import { Throttled, type Logger } from '../log.js';
 import { codeName } from './delivery-reports.js';
@@ -157,7 +157,10 @@ export class RefusedProducer {
       if (!err) {
         const found = metadata.topics.find((t) => t.name === this.topic);
         if (found === undefined || found.partitions.length === 0) {
-          this.log.warn({ topic: this.topic }, `MQ_REFUSED_TOPIC ${this.topic} does not exist: refused requests are not kept (counted as failed) until it is created`);
+          this.log.warn(
+            { topic: this.topic },
+            `MQ_REFUSED_TOPIC ${this.topic} does not exist: refused requests are not kept (counted as failed) until it is created`,
+          );
         }
       }
       then();

@@ -103,7 +103,14 @@ function variableOf(name: string): string {
 
 /** The MQ_OPT_* variable of a librdkafka property: the inverse of config.ts's producerOptionsFrom. */
 export function optionVariable(name: string): string {
-  return PRODUCER_OPTION_PREFIX + name.split('_').map((part) => part.replace(/\./g, '_')).join('__').toUpperCase();
+  return (
+    PRODUCER_OPTION_PREFIX +
+    name
+      .split('_')
+      .map((part) => part.replace(/\./g, '_'))
+      .join('__')
+      .toUpperCase()
+  );
 }
 
 const UNKNOWN_PROPERTY = /^No such configuration property/;
@@ -155,7 +162,10 @@ export function refusedProducerSettings(config: Config, clientId: string, refuse
   const base = producerSettings(config, clientId);
   const largest = refused.maxBytes + REFUSED_HEADERS_ROOM;
   if (largest > messageMaxBytes(base)) {
-    throw new ConfigError('MQ_REFUSED_MAX_BYTES', `${refused.maxBytes} bytes of body and ${REFUSED_HEADERS_ROOM} of headers do not fit in a Kafka message of ${messageMaxBytes(base)} bytes (message.max.bytes, MQ_OPT_MESSAGE_MAX_BYTES)`);
+    throw new ConfigError(
+      'MQ_REFUSED_MAX_BYTES',
+      `${refused.maxBytes} bytes of body and ${REFUSED_HEADERS_ROOM} of headers do not fit in a Kafka message of ${messageMaxBytes(base)} bytes (message.max.bytes, MQ_OPT_MESSAGE_MAX_BYTES)`,
+    );
   }
   const queued = Math.ceil((refused.ratePerSecond * REFUSED_MESSAGE_TIMEOUT_MS) / 1000);
   const global: Properties = { ...(base.global as Properties) };

@@ -62,8 +62,14 @@ export class StatisticsExporter {
       // Enqueue to acknowledgement ≈ time in the producer queue + in the request queue + round trip.
       const parts = [b.int_latency, b.outbuf_latency, b.rtt].filter((w): w is Window => w !== undefined && w.cnt > 0);
       if (parts.length === 3) {
-        p50 = Math.max(p50, parts.reduce((sum, w) => sum + w.p50, 0));
-        p99 = Math.max(p99, parts.reduce((sum, w) => sum + w.p99, 0));
+        p50 = Math.max(
+          p50,
+          parts.reduce((sum, w) => sum + w.p50, 0),
+        );
+        p99 = Math.max(
+          p99,
+          parts.reduce((sum, w) => sum + w.p99, 0),
+        );
       }
       if (b.rtt !== undefined && b.rtt.cnt > 0) m.brokerRtt.labels(broker).set(b.rtt.p99 / 1e6);
       m.brokerInflight.labels(broker).set(b.waitresp_cnt);

@@ -24,8 +24,10 @@ export const METRICS_WORKER_TYPES = ['ingest:metrics?', 'ingest:collect!'] as co
 export const METRICS_PRIMARY_TYPES = ['ingest:metrics!', 'ingest:collect?'] as const;
 
 /** Anything can arrive on the channel (Node and the process model use it too): only these pass. */
-const isOneOf = <M extends { type: string }>(types: readonly string[]) => (message: unknown): message is M =>
-  typeof message === 'object' && message !== null && types.includes((message as { type?: unknown }).type as string);
+const isOneOf =
+  <M extends { type: string }>(types: readonly string[]) =>
+  (message: unknown): message is M =>
+    typeof message === 'object' && message !== null && types.includes((message as { type?: unknown }).type as string);
 const isMetricsWorkerMessage = isOneOf<MetricsWorkerMessage>(METRICS_WORKER_TYPES);
 const isMetricsPrimaryMessage = isOneOf<MetricsPrimaryMessage>(METRICS_PRIMARY_TYPES);
 const sendToPrimary = (message: MetricsWorkerMessage): void => void process.send?.(message);
@@ -52,7 +54,11 @@ export function serveClusterMetrics(primaryRegistry: Registry, serving: () => Wo
       pending.delete(id);
       clearTimeout(timer);
       Promise.resolve()
-        .then(async () => client.AggregatorRegistry.aggregate(collected).metrics().then(async (text) => text + (await primaryRegistry.metrics())))
+        .then(async () =>
+          client.AggregatorRegistry.aggregate(collected)
+            .metrics()
+            .then(async (text) => text + (await primaryRegistry.metrics())),
+        )
         .then(
           (text) => sendToWorker(worker, { type: 'ingest:metrics!', id: message.id, text }),
           (err: Error) => sendToWorker(worker, { type: 'ingest:metrics!', id: message.id, error: err.message }),

@@ -54,22 +54,25 @@ function registerLoopDelay(registry: client.Registry, workerId: string, delay: E
   for (const statistic of LOOP_DELAY_STATISTICS) {
     const name = `${METRIC_PREFIX}nodejs_eventloop_lag_${statistic}_seconds`;
     registry.removeSingleMetric(name);
-    gauges.set(statistic, new Gauge({
-      name,
-      help: `Event-loop delay beyond the ${EVENT_LOOP_SAMPLE_MS} ms sampling interval since the last scrape, ${statistic} (a timer's lateness; 0 on an idle loop).`,
-      labelNames: ['worker'] as const,
-      aggregator: statistic === 'max' ? 'max' : statistic === 'min' ? 'min' : 'average',
-      registers: [registry],
-      // The first one's collect sets them all from one window, then starts the next.
-      ...(statistic === LOOP_DELAY_STATISTICS[0] ? { collect: () => set(delay.take()) } : {}),
-    }));
+    gauges.set(
+      statistic,
+      new Gauge({
+        name,
+        help: `Event-loop delay beyond the ${EVENT_LOOP_SAMPLE_MS} ms sampling interval since the last scrape, ${statistic} (a timer's lateness; 0 on an idle loop).`,
+        labelNames: ['worker'] as const,
+        aggregator: statistic === 'max' ? 'max' : statistic === 'min' ? 'min' : 'average',
+        registers: [registry],
+        // The first one's collect sets them all from one window, then starts the next.
+        ...(statistic === LOOP_DELAY_STATISTICS[0] ? { collect: () => set(delay.take()) } : {}),
+      }),
+    );
   }
   const set = (snapshot: EventLoopDelaySnapshot) => {
     for (const [statistic, gauge] of gauges) gauge.labels(workerId).set(snapshot[statistic]);
   };
 }
 
-/** What the journal reports at each scrape (write-ahead/write-ahead.ts gathers it). */
+/** What the journal reports at each scrape (write-ahead/admission.ts gathers it). */
 export interface JournalFigures {
   bytes: number;
   records: number;
@@ -90,7 +93,12 @@ interface Registrar {
 
 export function createWorkerMetrics(workerId: string) {
   const registry = new Registry();
-  client.collectDefaultMetrics({ register: registry, prefix: METRIC_PREFIX, labels: { worker: workerId }, eventLoopMonitoringPrecision: PROM_CLIENT_LOOP_SAMPLE_MS });
+  client.collectDefaultMetrics({
+    register: registry,
+    prefix: METRIC_PREFIX,
+    labels: { worker: workerId },
+    eventLoopMonitoringPrecision: PROM_CLIENT_LOOP_SAMPLE_MS,
+  });
   const loopDelay = new EventLoopDelay();
   registerLoopDelay(registry, workerId, loopDelay);
   const r: Registrar = { registers: [registry], delta: deltas() };
@@ -194,7 +202,7 @@ function queueMetrics({ registers }: Registrar) {
   let queueSource: () => { points: number; bytes: number } = () => ({ points: 0, bytes: 0 });
   new Gauge({
     name: `${METRIC_PREFIX}producer_queue_points`,
-    help: 'Messages in librdkafka\'s queue, not yet acknowledged by Kafka or failed (rd_kafka_outq_len: what admission counts against PRODUCER_QUEUE_MAX_POINTS).',
+    help: "Messages in librdkafka's queue, not yet acknowledged by Kafka or failed (rd_kafka_outq_len: what admission counts against PRODUCER_QUEUE_MAX_POINTS).",
     registers,
     collect() {
       this.set(queueSource().points);
@@ -202,7 +210,7 @@ function queueMetrics({ registers }: Registrar) {
   });
   new Gauge({
     name: `${METRIC_PREFIX}producer_queue_bytes`,
-    help: 'Bytes (keys and values) of the messages in librdkafka\'s queue, as of its last statistics (every 100 ms).',
+    help: "Bytes (keys and values) of the messages in librdkafka's queue, as of its last statistics (every 100 ms).",
     registers,
     collect() {
       this.set(queueSource().bytes);
@@ -286,7 +294,7 @@ function journalMetrics({ registers, delta }: Registrar) {
   // JOURNAL_SYNC=disk: what a 202 waits for on the disk (journal/group-commit.ts).
   const journalSync = new CountedHistogram(
     `${METRIC_PREFIX}journal_sync_seconds`,
-    'JOURNAL_SYNC=disk: each group commit, from its start to its last fdatasync: the disk\'s share of the wait of a 202 (which also waits up to JOURNAL_SYNC_INTERVAL_MS for the commit to start). Empty in process mode.',
+    "JOURNAL_SYNC=disk: each group commit, from its start to its last fdatasync: the disk's share of the wait of a 202 (which also waits up to JOURNAL_SYNC_INTERVAL_MS for the commit to start). Empty in process mode.",
     [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
     registers,
   );
@@ -342,7 +350,7 @@ function transactionMetrics({ registers }: Registrar) {
   // offset waits for the open transaction of every slot that wrote to it.
   const transactionCommit = new CountedHistogram(
     `${METRIC_PREFIX}transaction_commit_seconds`,
-    'DELIVERY=exactly-once: each committed transaction, from the end of its interval (or its size limit) to the broker\'s answer to the commit: what a read_committed consumer waits beyond TRANSACTION_COMMIT_INTERVAL_MS.',
+    "DELIVERY=exactly-once: each committed transaction, from the end of its interval (or its size limit) to the broker's answer to the commit: what a read_committed consumer waits beyond TRANSACTION_COMMIT_INTERVAL_MS.",
     [0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
     registers,
   );
@@ -366,7 +374,7 @@ function deliveryMetrics({ registers }: Registrar) {
   // (every 10 ms poll: that is its resolution). ACK_MODE=delivered: per message, from its report.
   const deliveryLatency = new CountedHistogram(
     `${METRIC_PREFIX}delivery_latency_seconds`,
-    'From the hand-over to librdkafka to Kafka\'s acknowledgement: per request in ACK_MODE=async (all its points, read every 10 ms), per message in ACK_MODE=delivered.',
+    "From the hand-over to librdkafka to Kafka's acknowledgement: per request in ACK_MODE=async (all its points, read every 10 ms), per message in ACK_MODE=delivered.",
     [0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
     registers,
   );

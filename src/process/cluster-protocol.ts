@@ -27,15 +27,9 @@ export function workerSlot(env: NodeJS.ProcessEnv = process.env): number | null 
   return Number.isInteger(n) && n >= 0 ? n : 0;
 }
 
-export type WorkerMessage =
-  | { type: 'ingest:worker-listening' }
-  | { type: 'ingest:standby-ready' }
-  | MetricsWorkerMessage;
+export type WorkerMessage = { type: 'ingest:worker-listening' } | { type: 'ingest:standby-ready' } | MetricsWorkerMessage;
 
-export type PrimaryMessage =
-  | { type: 'ingest:shutdown' }
-  | { type: 'ingest:standby-activate'; slot: number }
-  | MetricsPrimaryMessage;
+export type PrimaryMessage = { type: 'ingest:shutdown' } | { type: 'ingest:standby-activate'; slot: number } | MetricsPrimaryMessage;
 
 const WORKER_TYPES = new Set<string>(['ingest:worker-listening', 'ingest:standby-ready', ...METRICS_WORKER_TYPES]);
 const PRIMARY_TYPES = new Set<string>(['ingest:shutdown', 'ingest:standby-activate', ...METRICS_PRIMARY_TYPES]);

@@ -21,7 +21,7 @@ import { KafkaProducer } from '../kafka/producer.js';
 import { producerSettings } from '../kafka/settings.js';
 import { createLogger, type Logger } from '../log.js';
 import { createWorkerMetrics } from '../metrics/metrics.js';
-import { WriteAhead } from '../write-ahead/write-ahead.js';
+import { sinkOfMode } from '../write-ahead/delivery-mode.js';
 import { EXIT } from './exit-codes.js';
 import { startTransactions } from './slot-transactions.js';
 
@@ -63,14 +63,27 @@ export async function runDrain(config: Readonly<Config>): Promise<never> {
   }
   const metrics = createWorkerMetrics('drain');
   const journalId = exactlyOnce === null ? null : journalIdentity(diskFiles, dir);
-  const producer = new KafkaProducer(config, log, metrics, producerSettings(config, `track-ingest-drain-${hostname()}`, exactlyOnce === null ? null : transactionalId(exactlyOnce, claim.slot)), CONNECT_TIMEOUT_MS);
-  const path = new WriteAhead(config, log, metrics, journal, producer, journalId);
+  const settings = producerSettings(config, `track-ingest-drain-${hostname()}`, exactlyOnce === null ? null : transactionalId(exactlyOnce, claim.slot));
   // An object's fields: a plain variable set in the callback would be narrowed to null by TypeScript.
   const producerFailure: { why: string | null; fenced: boolean } = { why: null, fenced: false };
-  path.onFatal = (fenced) => {
-    producerFailure.why = fenced ? 'fenced: another process took a slot\'s transactional.id (the service started on this journal elsewhere?)' : 'the Kafka producer failed fatally';
-    producerFailure.fenced = fenced;
-  };
+  const { sink: path, exactlyOnce: transactional } = sinkOfMode(
+    {
+      config,
+      log,
+      metrics,
+      journal,
+      producer: (events) => new KafkaProducer(config, log, metrics, settings, events, CONNECT_TIMEOUT_MS),
+      events: {
+        onFatal: (fenced) => {
+          producerFailure.why = fenced
+            ? "fenced: another process took a slot's transactional.id (the service started on this journal elsewhere?)"
+            : 'the Kafka producer failed fatally';
+          producerFailure.fenced = fenced;
+        },
+      },
+    },
+    journalId,
+  );
   path.start();
 
   // Given up once Kafka has acknowledged nothing for DRAIN_TIMEOUT_MS: from the start, then from the last point it took.
@@ -78,7 +91,7 @@ export async function runDrain(config: Readonly<Config>): Promise<never> {
   let progressAt = startedAt;
   let done = 0;
   const givenUp = () => Date.now() - progressAt > config.drainTimeoutMs;
-  if (exactlyOnce !== null) await startTransactions(config, path, claim, log, await path.whenAccepting(config.drainTimeoutMs), givenUp);
+  if (transactional !== null) await startTransactions(config, transactional, claim, log, await path.whenAccepting(config.drainTimeoutMs), givenUp);
   // A progress line a second until the journal is emptied, or it cannot be (whenEmptied returns at once then).
   let lastLine = startedAt;
   while (!givenUp() && producerFailure.why === null && journal.failure === null) {
@@ -95,7 +108,7 @@ export async function runDrain(config: Readonly<Config>): Promise<never> {
   journal.close();
   claim.release();
 
-  const skipped = path.transactions?.alreadyCommittedPoints ?? 0;
+  const skipped = transactional?.alreadyCommittedPoints ?? 0;
   const seconds = (Date.now() - startedAt) / 1000;
   const produced = journal.donePoints - skipped;
   const summary =
@@ -105,10 +118,16 @@ export async function runDrain(config: Readonly<Config>): Promise<never> {
   if (journal.failure !== null) stop(EXIT.CRASH, `${summary}; stopped: ${journal.failure.message}; the files are kept for another drain`);
   if (producerFailure.why !== null) stop(producerFailure.fenced ? EXIT.FENCED : EXIT.CRASH, `${summary}; stopped: ${producerFailure.why}; the files are kept`);
   if (!emptied) {
-    stop(EXIT.UNFLUSHED, `${summary}; ${path.pointsLeft} points in ${journal.records} records left: Kafka (${config.brokers}) acknowledged nothing for ${config.drainTimeoutMs} ms (DRAIN_TIMEOUT_MS); the files are kept: run drain again once it is reachable`);
+    stop(
+      EXIT.UNFLUSHED,
+      `${summary}; ${path.pointsLeft} points in ${journal.records} records left: Kafka (${config.brokers}) acknowledged nothing for ${config.drainTimeoutMs} ms (DRAIN_TIMEOUT_MS); the files are kept: run drain again once it is reachable`,
+    );
   }
   if (journal.damagedRecords > 0) {
-    stop(EXIT.JOURNAL_DAMAGED, `${summary}; nothing else left: every readable record is in Kafka, the ${journal.damagedRecords} damaged ones could not be read (docs/reliability.md)`);
+    stop(
+      EXIT.JOURNAL_DAMAGED,
+      `${summary}; nothing else left: every readable record is in Kafka, the ${journal.damagedRecords} damaged ones could not be read (docs/reliability.md)`,
+    );
   }
   return stop(EXIT.OK, `${summary}; nothing left: JOURNAL_DIR=${dir} holds nothing Kafka has not acknowledged`);
 }
@@ -119,7 +138,8 @@ function claimDirectory(dir: string, stop: (code: number, line: string) => never
     lockJournalDir(diskFiles, dir);
     return claimEverySlot(diskFiles, dir);
   } catch (err) {
-    if (err instanceof JournalInUse) return stop(EXIT.JOURNAL_IN_USE, `${err.message}: a service runs on this journal (it produces what it holds itself); nothing was touched`);
+    if (err instanceof JournalInUse)
+      return stop(EXIT.JOURNAL_IN_USE, `${err.message}: a service runs on this journal (it produces what it holds itself); nothing was touched`);
     return stop(EXIT.CONFIG, `cannot lock JOURNAL_DIR=${dir}: ${(err as Error).message}`);
   }
 }
@@ -132,7 +152,11 @@ function claimDirectory(dir: string, stop: (code: number, line: string) => never
 function withRecordedInstance(config: Config, dir: string, log: Logger): Config {
   const recorded = recordedInstance(diskFiles, dir);
   if (config.exactlyOnce === null) {
-    if (recorded !== null) log.warn({ instance: recorded }, 'this journal was written with DELIVERY=exactly-once; drained at least once, what a committed transaction already covered is produced again (DELIVERY=exactly-once avoids that)');
+    if (recorded !== null)
+      log.warn(
+        { instance: recorded },
+        'this journal was written with DELIVERY=exactly-once; drained at least once, what a committed transaction already covered is produced again (DELIVERY=exactly-once avoids that)',
+      );
     return config;
   }
   if (recorded === null || recorded === config.exactlyOnce.instance) return config;

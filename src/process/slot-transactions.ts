@@ -1,15 +1,15 @@
 // DELIVERY=exactly-once: a process's slot transactions started before it produces anything (a
 // worker before it listens, `drain` before it reads the journal): Kafka waited for, the transactional
 // ids of the other slots whose files it holds fenced, then its own initialized and the committed
-// positions read (write-ahead/transactions.ts).
+// positions read (write-ahead/exactly-once.ts).
 import { hostname } from 'node:os';
 import { transactionalId, type Config } from '../config.js';
 import type { SlotClaim } from '../journal/slot-lock.js';
 import { PositionsUnavailable, readPositions } from '../kafka/positions.js';
-import { fenceTransactionalId } from '../kafka/producer.js';
+import { fenceTransactionalId } from '../kafka/transactional-producer.js';
 import { producerSettings } from '../kafka/settings.js';
 import type { Logger } from '../log.js';
-import type { WriteAhead } from '../write-ahead/write-ahead.js';
+import type { ExactlyOnceSink } from '../write-ahead/exactly-once.js';
 import { EXIT } from './exit-codes.js';
 
 /** How long a worker waits for Kafka before it listens all the same (and between the warnings of a wait here). */
@@ -22,10 +22,17 @@ export const LISTEN_AFTER_PRODUCER_WAIT_MS = 5_000;
  * listens, which stops the service with the message; positions not read in time exit EXIT.CRASH (a
  * worker is started again). False when the process is stopping meanwhile.
  */
-export async function startTransactions(config: Config, path: WriteAhead, claim: SlotClaim, log: Logger, accepting: boolean, stopping: () => boolean): Promise<boolean> {
+export async function startTransactions(
+  config: Config,
+  path: ExactlyOnceSink,
+  claim: SlotClaim,
+  log: Logger,
+  accepting: boolean,
+  stopping: () => boolean,
+): Promise<boolean> {
   const exactlyOnce = config.exactlyOnce!;
   while (!accepting && !stopping()) {
-    log.warn({ brokers: config.brokers }, 'DELIVERY=exactly-once: waiting for Kafka before initializing the slot\'s transactions');
+    log.warn({ brokers: config.brokers }, "DELIVERY=exactly-once: waiting for Kafka before initializing the slot's transactions");
     accepting = await path.whenAccepting(LISTEN_AFTER_PRODUCER_WAIT_MS);
   }
   if (stopping()) return false;
@@ -33,10 +40,19 @@ export async function startTransactions(config: Config, path: WriteAhead, claim:
   for (const other of claim.slots) {
     if (other === claim.slot) continue;
     try {
-      await fenceTransactionalId(producerSettings(config, `track-ingest-fence-${hostname()}-${other}`, transactionalId(exactlyOnce, other)), exactlyOnce.transactionTimeoutMs);
-      log.info({ slot: other, transactionalId: transactionalId(exactlyOnce, other) }, 'fenced the transactional.id of a slot whose journal files this worker took over');
+      await fenceTransactionalId(
+        producerSettings(config, `track-ingest-fence-${hostname()}-${other}`, transactionalId(exactlyOnce, other)),
+        exactlyOnce.transactionTimeoutMs,
+      );
+      log.info(
+        { slot: other, transactionalId: transactionalId(exactlyOnce, other) },
+        'fenced the transactional.id of a slot whose journal files this worker took over',
+      );
     } catch (err) {
-      log.fatal({ err, slot: other }, 'cannot fence the transactional.id of a slot whose journal files this process took over; a worker restarts and tries again, drain exits 1 and can be run again');
+      log.fatal(
+        { err, slot: other },
+        'cannot fence the transactional.id of a slot whose journal files this process took over; a worker restarts and tries again, drain exits 1 and can be run again',
+      );
       process.exit(EXIT.CRASH);
     }
   }

@@ -148,7 +148,10 @@ export function runPrimary(config: Config, runtime: RuntimeSummary): void {
     }
     if (code === EXIT.FENCED) {
       // Another process runs as this instance (INSTANCE_ID): fencing it back would only start a fight.
-      log.fatal({ worker: worker.id, slot, instance: config.exactlyOnce?.instance }, 'a worker was fenced: another process took its slot\'s transactional.id (the same INSTANCE_ID elsewhere); this instance stops, its journal kept for its next start');
+      log.fatal(
+        { worker: worker.id, slot, instance: config.exactlyOnce?.instance },
+        "a worker was fenced: another process took its slot's transactional.id (the same INSTANCE_ID elsewhere); this instance stops, its journal kept for its next start",
+      );
       exitCode = EXIT.FENCED;
       shutdown('fenced');
       return;
@@ -162,7 +165,10 @@ export function runPrimary(config: Config, runtime: RuntimeSummary): void {
     }
     const delay = restartDelay(recentCrashes, Date.now());
     metrics.workerRestarts.inc();
-    log.error({ worker: worker.id, slot, pid: worker.process.pid, code, signal, restartInMs: delay, crashesLastMinute: recentCrashes.length }, 'worker exited unexpectedly; replacing it');
+    log.error(
+      { worker: worker.id, slot, pid: worker.process.pid, code, signal, restartInMs: delay, crashesLastMinute: recentCrashes.length },
+      'worker exited unexpectedly; replacing it',
+    );
     const replace = () => {
       if (!stopping && !activateStandby(slot)) fork(slot);
     };
@@ -178,7 +184,8 @@ export function runPrimary(config: Config, runtime: RuntimeSummary): void {
     if (workers.length === 0) process.exit(exitCode ?? EXIT.OK);
     for (const w of workers) {
       if (w === undefined) continue;
-      if (!slots.has(w.id)) w.process.kill('SIGTERM'); // the standby holds nothing to flush
+      if (!slots.has(w.id))
+        w.process.kill('SIGTERM'); // the standby holds nothing to flush
       else if (w.isConnected()) sendToWorker(w, { type: 'ingest:shutdown' });
     }
     setTimeout(() => {

@@ -31,7 +31,9 @@ import { createLogger, type Logger } from '../log.js';
 import { clusterMetricsClient } from '../metrics/aggregate.js';
 import { createWorkerMetrics } from '../metrics/metrics.js';
 import { RefusedRequests } from '../refused/refused-requests.js';
-import { WriteAhead } from '../write-ahead/write-ahead.js';
+import type { DeliverySink } from '../write-ahead/acceptance.js';
+import { sinkOfMode } from '../write-ahead/delivery-mode.js';
+import type { ExactlyOnceSink } from '../write-ahead/exactly-once.js';
 import { runsOnJemalloc } from './allocator.js';
 import { isPrimaryMessage, sendToPrimary, workerSlot } from './cluster-protocol.js';
 import { EXIT } from './exit-codes.js';
@@ -60,7 +62,6 @@ export async function runWorker(config: Config): Promise<void> {
   process.title = `track-ingest worker ${slot}`;
   metrics.loopDelay.start();
   const claim = await claimSlot(config, slot, log);
-  let journalFailed = (err: JournalError): void => void err;
   let journal: Journal;
   try {
     journal = new Journal({
@@ -71,7 +72,15 @@ export async function runWorker(config: Config): Promise<void> {
       syncIntervalMs: config.journalSyncIntervalMs,
       onCommit: (seconds) => metrics.journalSync.observe(seconds),
       onDamage: (file, at, records, what) => log.error({ file, at, records }, `journal file damaged: ${what}; skipped, the records after it are read on`),
-      onFailure: (err) => journalFailed(err),
+      // A disk that fails a write or a sync: stop, and let a fresh worker recover from what the disk
+      // holds (journal/group-commit.ts says why a failed sync is never tried again).
+      onFailure: (err) => {
+        log.fatal(
+          { err, dir: config.journalDir, slot },
+          'the journal failed: this worker takes no more points (500 journal_failed, /readyz 503) and is restarted to recover from what the disk holds',
+        );
+        shutdown('the journal failed', EXIT.CRASH);
+      },
     });
   } catch (err) {
     log.fatal({ err }, 'cannot open the journal (check JOURNAL_DIR)');
@@ -84,40 +93,82 @@ export async function runWorker(config: Config): Promise<void> {
     try {
       journalId = journalIdentity(diskFiles, config.journalDir);
     } catch (err) {
-      log.fatal({ err }, 'cannot read the journal directory\'s identity (check JOURNAL_DIR)');
+      log.fatal({ err }, "cannot read the journal directory's identity (check JOURNAL_DIR)");
       process.stderr.write(`configuration error: JOURNAL_DIR: ${(err as Error).message}\n`);
       process.exit(EXIT.CONFIG);
     }
   }
   const kafkaClient = kafkaClientBuild();
   metrics.buildInfo.set({ client: kafkaClient.client, client_version: kafkaClient.clientVersion, librdkafka: kafkaClient.librdkafka }, 1);
-  log.info({ slot, slots: [...claim.slots], kafkaClient: `${kafkaClient.client} ${kafkaClient.clientVersion}`, librdkafka: kafkaClient.librdkafka, journal: journalId ?? undefined, refusedTopic: config.refused?.topic ?? 'off', ackMode: config.ackMode, journalSync: config.journalSync, journalWrites: journal.mappedOn === null ? 'pwritev' : `mapped (${journal.mappedOn})`, malloc: runsOnJemalloc() ? 'jemalloc' : 'system', gc: runsSingleThreadedGc() ? 'single-threaded' : 'parallel' }, 'worker started');
-  if (journal.recovering) log.warn({ dir: config.journalDir, slot, bytes: journal.bytes }, 'the journal holds points an earlier process did not see acknowledged; producing them again once Kafka takes points');
+  log.info(
+    {
+      slot,
+      slots: [...claim.slots],
+      kafkaClient: `${kafkaClient.client} ${kafkaClient.clientVersion}`,
+      librdkafka: kafkaClient.librdkafka,
+      journal: journalId ?? undefined,
+      refusedTopic: config.refused?.topic ?? 'off',
+      ackMode: config.ackMode,
+      journalSync: config.journalSync,
+      journalWrites: journal.mappedOn === null ? 'pwritev' : `mapped (${journal.mappedOn})`,
+      malloc: runsOnJemalloc() ? 'jemalloc' : 'system',
+      gc: runsSingleThreadedGc() ? 'single-threaded' : 'parallel',
+    },
+    'worker started',
+  );
+  if (journal.recovering)
+    log.warn(
+      { dir: config.journalDir, slot, bytes: journal.bytes },
+      'the journal holds points an earlier process did not see acknowledged; producing them again once Kafka takes points',
+    );
 
-  let producer: KafkaProducer;
+  let path: DeliverySink;
+  let transactional: ExactlyOnceSink | null;
   let refusedProducer: RefusedProducer | null = null;
   try {
     const txnId = config.exactlyOnce === null ? null : transactionalId(config.exactlyOnce, slot);
-    producer = new KafkaProducer(config, log, metrics, producerSettings(config, `track-ingest-${hostname()}-${workerId}`, txnId));
+    const settings = producerSettings(config, `track-ingest-${hostname()}-${workerId}`, txnId);
+    ({ sink: path, exactlyOnce: transactional } = sinkOfMode(
+      {
+        config,
+        log,
+        metrics,
+        journal,
+        producer: (events) => new KafkaProducer(config, log, metrics, settings, events),
+        events: {
+          onFatal: (fenced) =>
+            fenced
+              ? shutdown(`fenced: another process took this slot's transactional.id (INSTANCE_ID=${config.exactlyOnce?.instance})`, EXIT.FENCED)
+              : shutdown('fatal producer error', EXIT.CRASH),
+        },
+      },
+      journalId,
+    ));
     if (config.refused !== null) {
-      const settings = refusedProducerSettings(config, `track-ingest-refused-${hostname()}-${workerId}`, config.refused);
+      const refusedSettings = refusedProducerSettings(config, `track-ingest-refused-${hostname()}-${workerId}`, config.refused);
       const { topic, idleMs, ratePerSecond } = config.refused;
-      refusedProducer = new RefusedProducer(topic, settings, log, (error) => {
-        if (error === null) metrics.refusedWritten.inc();
-        else metrics.refusedDropped.failed++;
-      }, { idleMs, ratePerSecond });
+      refusedProducer = new RefusedProducer(
+        topic,
+        refusedSettings,
+        log,
+        (error) => {
+          if (error === null) metrics.refusedWritten.inc();
+          else metrics.refusedDropped.failed++;
+        },
+        { idleMs, ratePerSecond },
+      );
     }
   } catch (err) {
     // The primary checked the settings before forking: this is librdkafka refusing them at creation.
     log.fatal({ err }, 'invalid Kafka producer setting (check MQ_OPT_* variables)');
     process.exit(EXIT.CONFIG);
   }
-  const path = new WriteAhead(config, log, metrics, journal, producer, journalId);
   path.start();
   refusedProducer?.start();
-  const refused = config.refused === null || refusedProducer === null
-    ? null
-    : new RefusedRequests(config.refused, refusedProducer, `${hostname()}/${slot}`, (reason) => void metrics.refusedDropped[reason]++);
+  const refused =
+    config.refused === null || refusedProducer === null
+      ? null
+      : new RefusedRequests(config.refused, refusedProducer, `${hostname()}/${slot}`, (reason) => void metrics.refusedDropped[reason]++);
 
   const server = new HttpServer({
     config,
@@ -130,6 +181,8 @@ export async function runWorker(config: Config): Promise<void> {
     refused,
   });
 
+  // The journal's and the sink's failures call this; they come through the poll and the disk's
+  // callbacks, after this synchronous start has defined it.
   let stopping: Promise<void> | null = null;
   const shutdown = (why: string, exitCode: number = EXIT.OK) => {
     stopping ??= (async () => {
@@ -157,20 +210,15 @@ export async function runWorker(config: Config): Promise<void> {
         }
         log.info('worker stopped; every request was answered after Kafka acknowledged or failed its points (failed ones: 500)');
       } else if (left > 0) {
-        log.warn({ unacknowledged: left, records: journal.records, journalBytes: journal.bytes, dir: config.journalDir }, 'worker stopped with points Kafka has not acknowledged: they stay in the journal and are produced again at the next start of this slot');
+        log.warn(
+          { unacknowledged: left, records: journal.records, journalBytes: journal.bytes, dir: config.journalDir },
+          'worker stopped with points Kafka has not acknowledged: they stay in the journal and are produced again at the next start of this slot',
+        );
       } else {
         log.info({ journalBytes: journal.bytes }, 'worker stopped; every accepted point was acknowledged by Kafka');
       }
       process.exit(exitCode);
     })();
-  };
-  path.onFatal = (fenced) =>
-    fenced ? shutdown(`fenced: another process took this slot's transactional.id (INSTANCE_ID=${config.exactlyOnce?.instance})`, EXIT.FENCED) : shutdown('fatal producer error', EXIT.CRASH);
-  // A disk that fails a write or a sync: stop, and let a fresh worker recover from what the disk holds
-  // (journal/group-commit.ts says why a failed sync is never tried again).
-  journalFailed = (err) => {
-    log.fatal({ err, dir: config.journalDir, slot }, 'the journal failed: this worker takes no more points (500 journal_failed, /readyz 503) and is restarted to recover from what the disk holds');
-    shutdown('the journal failed', EXIT.CRASH);
   };
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));
@@ -191,10 +239,13 @@ export async function runWorker(config: Config): Promise<void> {
   // (refused-producer.ts).
   const accepting = await path.whenAccepting(LISTEN_AFTER_PRODUCER_WAIT_MS);
   if (!accepting) {
-    log.warn({ waitedMs: LISTEN_AFTER_PRODUCER_WAIT_MS, brokers: config.brokers }, 'listening before the Kafka producer is ready; POST /track answers 500 until it is');
+    log.warn(
+      { waitedMs: LISTEN_AFTER_PRODUCER_WAIT_MS, brokers: config.brokers },
+      'listening before the Kafka producer is ready; POST /track answers 500 until it is',
+    );
   }
   if (stopping !== null) return;
-  if (config.exactlyOnce !== null && !(await startTransactions(config, path, claim, log, accepting, () => stopping !== null))) return;
+  if (transactional !== null && !(await startTransactions(config, transactional, claim, log, accepting, () => stopping !== null))) return;
   try {
     await server.listen();
   } catch (err) {
@@ -219,7 +270,11 @@ async function claimSlot(config: Config, slot: number, log: Logger): Promise<Slo
       slot,
       slotsInUse: config.workers,
       waitMs: config.shutdownTimeoutMs + SLOT_WAIT_MARGIN_MS,
-      onWait: (holder, lockPath) => log.warn({ slot, holder, lock: lockPath }, 'this journal slot is held by another process (a worker of an earlier service still draining?); waiting for it'),
+      onWait: (holder, lockPath) =>
+        log.warn(
+          { slot, holder, lock: lockPath },
+          'this journal slot is held by another process (a worker of an earlier service still draining?); waiting for it',
+        ),
       onSkip: (other, holder) => log.warn({ slot: other, holder }, 'leaving the journal files of a slot that no longer exists: another process holds it'),
     });
   } catch (err) {

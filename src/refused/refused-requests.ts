@@ -96,7 +96,13 @@ export class RefusedRequests {
       return;
     }
     const body = decoded ?? received;
-    this.send(request, at, body === null ? null : { bytes: Buffer.copyBytesFrom(body, 0, Math.min(body.byteLength, this.settings.maxBytes)), total: body.byteLength, inflated: request.gzipped });
+    this.send(
+      request,
+      at,
+      body === null
+        ? null
+        : { bytes: Buffer.copyBytesFrom(body, 0, Math.min(body.byteLength, this.settings.maxBytes)), total: body.byteLength, inflated: request.gzipped },
+    );
   }
 
   /** A token of the rate's bucket (MQ_REFUSED_RATE a second, as many at once at most). */

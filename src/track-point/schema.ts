@@ -18,8 +18,7 @@ export interface PointIssue {
 export const MAX_ERROR_DETAILS = 100;
 
 /** "is required" when the field is absent, otherwise the type message. */
-const typeError = (expected: string) => (issue: { input: unknown }) =>
-  issue.input === undefined ? 'is required' : expected;
+const typeError = (expected: string) => (issue: { input: unknown }) => (issue.input === undefined ? 'is required' : expected);
 
 const between = (min: number, max: number) => `must be between ${min} and ${max}`;
 
@@ -60,9 +59,7 @@ const TrackPointsSchema = z.array(TrackPointSchema);
 /** zod's answer for requests whose points are all valid, without zod's per-check cost (fast-path.ts). */
 const allValid = compileFastPath<TrackPoint>(TrackPointSchema);
 
-export type ValidationResult =
-  | { ok: true; points: TrackPoint[] }
-  | { ok: false; invalidPoints: number; details: PointIssue[] };
+export type ValidationResult = { ok: true; points: TrackPoint[] } | { ok: false; invalidPoints: number; details: PointIssue[] };
 
 /** Validates a parsed JSON array. The caller has checked that it is an array and within MAX_POINTS. */
 export function validatePoints(input: unknown[]): ValidationResult {
@@ -140,4 +137,3 @@ function parseOrIssues<T extends z.ZodType>(schema: T, value: unknown): { value:
   const config = z.config();
   return { issues: result.issues.map((issue) => z.core.util.finalizeIssue(issue, ctx, config)) };
 }
-

@@ -2,8 +2,8 @@
 // JSON.parse, without a JavaScript object per point, and without turning numbers into doubles and
 // back into text.
 //
-// Why: at 100 points per request, decoding and parsing the body, validating and encoding cost about
-// 1.5 µs of CPU per point together (`make bench-floor`), as much as librdkafka's threads. Most of it
+// Why: at 100 points per request, decoding and parsing the body, validating and encoding cost as
+// much CPU per point together as librdkafka's threads (`make bench-floor`). Most of it
 // builds objects and strings that live for one request and writes numbers back as text that the
 // body already holds. The value of a message is the point as JSON.stringify writes zod's output
 // (encode.ts): for a body that JSON.stringify wrote, that is the point's own bytes.
@@ -17,7 +17,7 @@
 // Such a body whose points are not all valid (a value out of range, a required field absent) is
 // refused here: zod runs on the refused fields' values alone and writes the details (schema.ts,
 // refusedValues). A bad firmware release sends thousands of these a second, and JSON.parse with zod
-// on the whole body cost a refusal more than a valid point (bench/HISTORY.md).
+// on the whole body cost a refusal more than a valid point.
 // Everything else (an escape, non-ASCII text, a nested value, a value of another JSON type, a
 // duplicate key, an empty array, more than MAX_POINTS) returns null, and the caller takes the general
 // path: UTF-8 check, JSON.parse, the schema, encode.ts. Every byte taken here is ASCII, so a body
@@ -151,8 +151,7 @@ type ValueReader = (b: Uint8Array, i: number, j: number) => number;
 /**
  * readAsWritten for these fields, generated at start-up with each prefix's bytes as constants in
  * the comparisons (`b[i + 1] !== 34 || …`): the same test as the loop over the prefixes below, which
- * loads every byte of them from an array. The single pass took 0.50 µs per point with the loop
- * against 0.42 generated, 0.37 against 0.30 on distinct coordinates (bench/HISTORY.md). `generate:
+ * loads every byte of them from an array, and about a fifth dearer per point. `generate:
  * false`, or a process that forbids code generation (--disallow-code-generation-from-strings), takes
  * the loop.
  */
@@ -193,7 +192,9 @@ function generatedReadAsWritten(
   const fields = prefixes.map((prefix, j) => {
     const same = Array.from(prefix, (c, k) => `b[i + ${k}] !== ${c}`).join(' || ');
     // A string's prefix ends with its opening quote, where readString starts.
-    const value = isString[j] ? `i = readString(b, i + ${prefix.length - 1}, ${j});` : `i = readNumber(b, i + ${prefix.length}, ${j});\n  if (i >= 0 && !numberAsWritten()) return -1;`;
+    const value = isString[j]
+      ? `i = readString(b, i + ${prefix.length - 1}, ${j});`
+      : `i = readNumber(b, i + ${prefix.length}, ${j});\n  if (i >= 0 && !numberAsWritten()) return -1;`;
     return `  if (${same}) return -1;\n  ${value}\n  if (i < 0) return -1;`;
   });
   const source = `return function readAsWritten(b, i) {\n${fields.join('\n')}\n  return b[i] === ${CLOSE_OBJECT} ? i + 1 : -1;\n};`;
@@ -205,7 +206,11 @@ function generatedReadAsWritten(
  * Compiles the single pass for an object schema of strings and numbers. keyField names the string
  * field whose text is the message key.
  */
-export function compileSinglePass(schema: z.ZodObject, keyField: string, options: { generate: boolean } = { generate: true }): (body: Uint8Array, maxPoints: number) => EncodedPoints | RefusedPoints | null {
+export function compileSinglePass(
+  schema: z.ZodObject,
+  keyField: string,
+  options: { generate: boolean } = { generate: true },
+): (body: Uint8Array, maxPoints: number) => EncodedPoints | RefusedPoints | null {
   const fields = compileFields(schema);
   const count = fields.length;
   if (count > 30) throw new Error(`the single pass (src/track-point/single-pass.ts) keeps a bit per field: ${count} fields is too many`);
@@ -337,8 +342,8 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string, options
       // quotient of a rounded integer, so it may be one off), and take the guess when Number::toString
       // writes it exactly as the body has it: that text reads back as the guess, so the guess is the
       // double JSON.parse gives, and the number is as written. Right for about 86 % of random doubles,
-      // it saves slicing the body's text, V8's string-to-double and comparing two strings
-      // (bench/HISTORY.md); anything else goes through Number().
+      // it saves slicing the body's text, V8's string-to-double and comparing two strings; anything
+      // else goes through Number().
       const guess = exponent || kept >= POW10.length ? Number.NaN : (sign === 1 ? -trimmed : trimmed) / (POW10[kept] as number);
       const guessText = '' + guess; // "NaN" is not the text of a JSON number
       if (isWrittenAs(guessText, b, numberStart, i)) {
@@ -367,7 +372,8 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string, options
     const stringEnd = plainStringEnd(b, i + 1);
     if (stringEnd < 0) return -1;
     const ascii = acceptsAscii[j];
-    if (!(ascii ? ascii(b, i + 1, stringEnd) : (accepts[j] as (v: unknown) => boolean)(textOf(b).slice(i + 1, stringEnd)))) refuse(j, textOf(b).slice(i + 1, stringEnd));
+    if (!(ascii ? ascii(b, i + 1, stringEnd) : (accepts[j] as (v: unknown) => boolean)(textOf(b).slice(i + 1, stringEnd))))
+      refuse(j, textOf(b).slice(i + 1, stringEnd));
     start[j] = i + 1;
     end[j] = stringEnd;
     return stringEnd + 1;
@@ -384,10 +390,12 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string, options
   function writeValue(b: Uint8Array, o: Buffer, p: number, seen: number): number {
     for (let j = 0; j < count; j++) {
       const prefix = prefixes[j] as Uint8Array;
+      // eslint-disable-next-line @typescript-eslint/prefer-for-of -- a byte copy on the hot path, indexed
       for (let k = 0; k < prefix.length; k++) o[p++] = prefix[k] as number;
       const text = numberText[j];
       if ((seen & (1 << j)) === 0) {
         const value = defaults[j] as Uint8Array;
+        // eslint-disable-next-line @typescript-eslint/prefer-for-of -- as above
         for (let k = 0; k < value.length; k++) o[p++] = value[k] as number;
       } else if (isString[j]) {
         const to = end[j] as number;
@@ -476,7 +484,8 @@ export function compileSinglePass(schema: z.ZodObject, keyField: string, options
       const missing = required & ~seen;
       const invalid = refusedFields | missing;
       for (let j = 0; invalid !== 0 && j < count; j++) {
-        if ((invalid & (1 << j)) !== 0) (refused ??= []).push({ index: points, field: keys[j] as string, value: (missing & (1 << j)) !== 0 ? undefined : refusedValue[j] });
+        if ((invalid & (1 << j)) !== 0)
+          (refused ??= []).push({ index: points, field: keys[j] as string, value: (missing & (1 << j)) !== 0 ? undefined : refusedValue[j] });
       }
 
       // Once a point is refused, the rest are only read: the body is refused whole.

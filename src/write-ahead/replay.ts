@@ -1,8 +1,10 @@
-// The write-ahead path's replay: producing again what the journal holds and Kafka does not have yet.
-// Points whose delivery failed after their 202 (retried after a back-off), and the records an earlier
-// process left in the journal (a crash, a restart during an outage), produced again once Kafka takes
-// points. Both go to the same producer, with their record's id as the tag and its original timestamp;
-// both wait for room in librdkafka's queue, so that new requests keep their share of it.
+// Producing again what the journal holds and Kafka does not have yet, for the sinks that count
+// Kafka's acknowledgements (at least once, delivered). Points whose delivery failed after their 202
+// (retried after a back-off), and the records an earlier process left in the journal (a crash, a
+// restart during an outage), produced again once Kafka takes points. Both go to the same producer,
+// with their record's id as the tag and its original timestamp; both wait for room in librdkafka's
+// queue, so that new requests keep their share of it. What an earlier process left is read back by
+// readRecovered(), which the exactly-once sink's transactions call too.
 import type { Journal, RecoveredRecord } from '../journal/journal.js';
 import type { JournalBatch } from '../journal/record.js';
 import type { FailedMessage } from '../kafka/delivery-reports.js';
@@ -66,27 +68,16 @@ export class Replay {
     // A failed journal takes nothing more, and its worker is restarting: the next process replays.
     if (!this.sink.kafkaAvailable() || this.journal.failure !== null) return;
     if (this.failed.length > 0 && this.now() >= this.notBefore) this.retry();
-    for (let n = 0; n < RECOVERED_PER_PASS && this.journal.recovering && this.sink.queueLength() < this.queueShare; n++) {
-      const next = this.nextRecovered();
-      if (next === undefined) break;
-      const { record, inFlight } = next;
-      const taken = this.sink.produce(record, inFlight.id, record.timestamp);
-      this.counts.recovered += record.count;
-      this.counts.possibleDuplicates += record.count;
-      if (taken < record.count) this.keepUnproduced(inFlight.id, record, taken);
-    }
-  }
-
-  /**
-   * The next record an earlier process left, or undefined: none left, or a segment that cannot be
-   * read (the journal has failed then, and the worker is restarted: the next process reads it again).
-   */
-  private nextRecovered(): RecoveredRecord | undefined {
-    try {
-      return this.journal.nextRecovered(1)[0];
-    } catch {
-      return undefined;
-    }
+    readRecovered(
+      this.journal,
+      () => this.sink.queueLength() < this.queueShare,
+      ({ record, inFlight }) => {
+        const taken = this.sink.produce(record, inFlight.id, record.timestamp);
+        this.counts.recovered += record.count;
+        this.counts.possibleDuplicates += record.count;
+        if (taken < record.count) this.keepUnproduced(inFlight.id, record, taken);
+      },
+    );
   }
 
   /** Every failed message, grouped by record (each record's own timestamp), in the order they failed. */
@@ -123,6 +114,24 @@ export class Replay {
       const [vs, ve, ks, ke] = [batch.messages[4 * i]!, batch.messages[4 * i + 1]!, batch.messages[4 * i + 2]!, batch.messages[4 * i + 3]!];
       this.fail({ id, value: Buffer.from(batch.data.subarray(vs, ve)), key: Buffer.from(batch.data.subarray(ks, ke)), possiblyWritten: false });
     }
+  }
+}
+
+/**
+ * Reads back the records an earlier process left, in journal order, each to `take`, while `room()`
+ * holds, at most RECOVERED_PER_PASS a call. A segment that cannot be read ends the pass: the journal
+ * has failed then, and the worker is restarted (the next process reads it again).
+ */
+export function readRecovered(journal: Journal, room: () => boolean, take: (next: RecoveredRecord) => void): void {
+  for (let n = 0; n < RECOVERED_PER_PASS && journal.recovering && room(); n++) {
+    let next: RecoveredRecord | undefined;
+    try {
+      next = journal.nextRecovered(1)[0];
+    } catch {
+      return;
+    }
+    if (next === undefined) return;
+    take(next);
   }
 }
 

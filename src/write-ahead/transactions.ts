@@ -1,40 +1,34 @@
-// DELIVERY=exactly-once: the write-ahead path's records produced in Kafka transactions, one
-// transactional producer per slot, the way Kafka Connect's exactly-once source tasks do (KIP-618).
+// DELIVERY=exactly-once: the journal's records produced in Kafka transactions, one transactional
+// producer per slot, as Kafka Connect's exactly-once source tasks do (KIP-618).
 //
-//   accept ──▶ journal record (the 202 still means "in the journal") ──▶ add(): produced now when a
-//     transaction is open, else kept (a copy) for the next one
-//   end ── TRANSACTION_COMMIT_INTERVAL_MS after the transaction's first record, or at
-//     TRANSACTION_MAX_POINTS: the slot's position (its last record: segment, index) written to the
-//     positions topic in the same transaction, then commitTransaction ──▶ every record it covered is
-//     marked done in the journal
-//   start ── initTransactions (fences every earlier holder of the slot's transactional.id and aborts
-//     its open transaction), the slot's committed position read back (kafka/positions.ts); what the
-//     journal holds from before is marked done up to that position and produced again after it,
-//     before anything accepted meanwhile
+//   start ── initTransactions (fences earlier holders of the slot's transactional.id, aborts their open
+//     transaction), the committed positions read (kafka/positions.ts)
+//   add ── a record appended: produced now when a transaction is open, else kept for the next one
+//   end ── after TRANSACTION_COMMIT_INTERVAL_MS or at TRANSACTION_MAX_POINTS: the slot's position (its
+//     last record) written in the same transaction, committed, every record it covered marked done
+//   recover ── what an earlier process left: done up to the committed position, produced again after
+//     it, before anything accepted meanwhile (`later`)
 //
-// Why nothing is produced twice: a record leaves the journal only once a committed transaction
-// covered it, and the transaction that covered it also moved the position past it. A crash between
-// the commit and the marks leaves records the position covers: the next holder skips them. A crash
-// before the commit leaves an open transaction: initTransactions aborts it, and a read_committed
-// consumer never sees its messages.
-//
-// Why the order matters: the position is one mark per slot, "everything up to here". Records go into
-// transactions in journal order, so a committed position never passes a record that is not committed;
-// what is accepted while an earlier process's records are produced again waits behind them (`later`).
-//
-// librdkafka's error classes (rd_kafka_error_is_retriable, _txn_requires_abort, _is_fatal): a
-// retriable error retries the call; an abortable one aborts the transaction and produces its records
-// again in the next; a fatal one (fenced: another process took the slot's id) ends the worker, whose
-// successor starts from the committed position.
+// Nothing is produced twice: a record leaves the journal only once a committed transaction covered
+// it, and that transaction moved the position past it. A crash after the commit and before the marks
+// leaves records the position covers: the next holder skips them. A crash before the commit leaves
+// an open transaction, which the next initTransactions aborts. Records go into transactions in journal
+// order, so a committed position never passes a record that is not committed.
+// Errors by class (kafka/transactional-producer.ts): retriable, the call again; abortable, abort and
+// produce the records in the next transaction; fatal (a fence), the worker ends.
 import type { ExactlyOnce } from '../config.js';
 import type { InFlightRecord, Journal } from '../journal/journal.js';
 import type { JournalBatch } from '../journal/record.js';
-import { covers, positionMessage, type JournalPosition } from '../kafka/positions.js';
-import { isFenced, type ProducedBatch } from '../kafka/producer.js';
+import type { JournalPosition } from '../kafka/positions.js';
+import type { ProducedBatch } from '../kafka/producer.js';
+import { isFenced, transactionErrorClass, type TransactionRefusal } from '../kafka/transactional-producer.js';
 import type { Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics/metrics.js';
+import { readRecovered } from './replay.js';
+import { SlotPositions } from './slot-positions.js';
+import { copyOf, Entries, type Entry } from './transaction-entries.js';
 
-/** What the transactions need of the producer (kafka/producer.ts). */
+/** What the transactions need of the producer (kafka/transactional-producer.ts). */
 export interface TransactionalProducer {
   initTransactions(timeoutMs: number): Promise<void>;
   beginTransaction(): Promise<void>;
@@ -44,39 +38,10 @@ export interface TransactionalProducer {
   produceRest(batch: ProducedBatch, from: number, timestamp: number): number;
   /** Hands messages to librdkafka for another topic; whether it took them all. */
   produceTo(topic: string, batch: ProducedBatch): boolean;
-  /** librdkafka refused a message with its fatal error (the next transaction call returns it). */
-  readonly failedFatally: boolean;
-  /** librdkafka refused a message because the transaction failed: it takes none until it is aborted. */
-  readonly transactionFailed: boolean;
+  /** Why librdkafka refuses messages in this transaction (its fatal error, or the transaction failed), or null. */
+  refusal(): TransactionRefusal | null;
   /** Acknowledgements counted per tag: read and dropped here (the commit says what Kafka has). */
   takeAcks(): Uint32Array | undefined;
-}
-
-/** librdkafka's error, as the binding passes it, with its class. */
-interface ClassifiedError {
-  message?: string;
-  code?: number;
-  isFatal?: boolean;
-  isRetriable?: boolean;
-  isTxnRequiresAbort?: boolean;
-}
-
-/**
- * A journal record on its way. Its messages: null for a record of this process, taken from the
- * journal when it is produced (a view of the mapped segment, or read back from the file); a copy
- * only where the journal is not mapped (JOURNAL_SYNC=disk) and the record waits for a transaction
- * (the request's buffers are reused by the next request); the record an earlier process left, as
- * read back. Copying every request measured 1.13 × the CPU per point of the default mode (its
- * garbage reached the old generation).
- */
-interface Entry {
-  readonly record: InFlightRecord;
-  batch: JournalBatch | null;
-  /** The record's messages (batch may be null). */
-  readonly count: number;
-  readonly timestamp: number;
-  /** Messages librdkafka took so far in the current transaction. */
-  produced: number;
 }
 
 type State = 'starting' | 'idle' | 'beginning' | 'open' | 'ending' | 'failed' | 'stopped';
@@ -85,8 +50,6 @@ type State = 'starting' | 'idle' | 'beginning' | 'open' | 'ending' | 'failed' | 
 const INIT_ATTEMPTS = 3;
 /** A retriable error: the call again after this. */
 const RETRY_DELAY_MS = 100;
-/** Records read back from the journal per pass while recovering, at most. */
-const RECOVERED_PER_PASS = 256;
 
 export interface TransactionsOptions {
   journal: Journal;
@@ -98,29 +61,22 @@ export interface TransactionsOptions {
   keyOf: (slot: number) => string;
   log: Logger;
   metrics: WorkerMetrics;
-  /**
-   * A fatal error: the worker ends, its successor starts from the committed position; `fenced` when
-   * another process took the slot's transactional.id.
-   */
+  /** A fatal error: the worker ends, its successor starts from the committed position; `fenced`: another process took the slot's id. */
   onFatal: (fenced: boolean) => void;
 }
 
 export class Transactions {
   private state: State = 'starting';
-  /** In the open (or ending) transaction, in journal order. */
-  private open: Entry[] = [];
-  /** For the next transaction, in journal order. */
-  private waiting: Entry[] = [];
+  /** In the open (or ending) transaction. */
+  private readonly open = new Entries();
+  /** For the next transaction. */
+  private readonly waiting = new Entries();
   /** Accepted while an earlier process's records are produced again: after all of them. */
-  private later: Entry[] = [];
-  private openPoints = 0;
-  private waitingPoints = 0;
-  private laterPoints = 0;
+  private readonly later = new Entries();
   private endTimer: NodeJS.Timeout | null = null;
   /** When the current (or last) transaction began, performance.now(). */
   private openedAt = 0;
-  /** Each slot's committed position, as read at the start and moved by every commit. */
-  private readonly committed = new Map<number, JournalPosition>();
+  private readonly positions: SlotPositions;
   private readonly journal: Journal;
   private readonly producer: TransactionalProducer;
   private readonly settings: ExactlyOnce;
@@ -135,14 +91,25 @@ export class Transactions {
     this.settings = opts.settings;
     this.log = opts.log;
     this.metrics = opts.metrics;
+    this.positions = new SlotPositions({
+      journalId: opts.journalId,
+      positionsTopic: opts.settings.positionsTopic,
+      keyOf: opts.keyOf,
+      produceTo: (topic, batch) => opts.producer.produceTo(topic, batch),
+      log: opts.log,
+    });
   }
 
+  private committedBefore = 0;
+
   /** Points of records an earlier process left that a committed position already covered: done without being produced again. */
-  alreadyCommittedPoints = 0;
+  get alreadyCommittedPoints(): number {
+    return this.committedBefore;
+  }
 
   /** Points held in memory, not yet in librdkafka's queue: admission counts them. */
   get heldPoints(): number {
-    return this.waitingPoints + this.laterPoints;
+    return this.waiting.points + this.later.points;
   }
 
   /** Whether drain() ran: a method, so that a check after an await is not narrowed away by the one before it. */
@@ -167,11 +134,10 @@ export class Transactions {
         await this.producer.initTransactions(this.settings.transactionTimeoutMs);
         break;
       } catch (err) {
-        const e = err as ClassifiedError;
         if (this.drained()) return;
-        if (e.isFatal === true || attempt >= INIT_ATTEMPTS) {
+        if (transactionErrorClass(err) === 'fatal' || attempt >= INIT_ATTEMPTS) {
           throw new Error(
-            `cannot initialize Kafka transactions for ${this.opts.keyOf(slots[0] ?? 0)} (${e.message ?? String(err)}): DELIVERY=exactly-once needs brokers with transactions, whose transaction.state.log.replication.factor and transaction.state.log.min.isr the cluster can meet (1 on a single broker)`,
+            `cannot initialize Kafka transactions for ${this.opts.keyOf(slots[0] ?? 0)} (${messageOf(err)}): DELIVERY=exactly-once needs brokers with transactions, whose transaction.state.log.replication.factor and transaction.state.log.min.isr the cluster can meet (1 on a single broker)`,
             { cause: err },
           );
         }
@@ -179,19 +145,10 @@ export class Transactions {
       }
     }
     if (this.drained()) return;
-    const keys = slots.map((slot) => this.opts.keyOf(slot));
-    const found = await readPositions(keys);
+    const found = await readPositions(this.positions.keys(slots));
     if (this.drained()) return;
-    slots.forEach((slot, i) => {
-      const position = found.get(keys[i]!);
-      if (position === undefined) return;
-      if (position.journal !== this.opts.journalId) {
-        this.log.warn({ slot, position, journal: this.opts.journalId }, 'the committed position of this slot counts in another journal directory (a new volume?): ignored, every record this journal holds is produced');
-        return;
-      }
-      this.committed.set(slot, position);
-    });
-    this.log.info({ slots, positions: Object.fromEntries(this.committed) }, 'Kafka transactions initialized; earlier holders of these slots are fenced');
+    this.positions.adopt(slots, found);
+    this.log.info({ slots, positions: this.positions.all }, 'Kafka transactions initialized; earlier holders of these slots are fenced');
     this.state = 'idle';
     this.pass();
   }
@@ -214,7 +171,6 @@ export class Transactions {
     const entry: Entry = { record, batch: record.segment.map !== null ? null : copyOf(batch), count: batch.count, timestamp, produced: 0 };
     if (waits) {
       this.later.push(entry);
-      this.laterPoints += entry.count;
       return;
     }
     this.enqueue(entry);
@@ -227,14 +183,12 @@ export class Transactions {
       return;
     }
     this.waiting.push(entry);
-    this.waitingPoints += entry.count;
     if (this.state === 'idle') void this.begin();
   }
 
   private joinOpen(entry: Entry): void {
     this.open.push(entry);
-    this.openPoints += entry.count;
-    if (this.openPoints >= this.settings.maxPoints) void this.end();
+    if (this.open.points >= this.settings.maxPoints) void this.end();
   }
 
   /** Every poll: acknowledgements dropped, what librdkafka refused offered again, the journal's earlier records fed in. */
@@ -248,30 +202,22 @@ export class Transactions {
   /** Records an earlier process left: marked done when the committed position covers them, else produced again in order. */
   private recover(): void {
     if (this.state === 'starting') return;
-    for (let n = 0; n < RECOVERED_PER_PASS && this.journal.recovering && this.waitingPoints + this.openPoints < this.settings.maxPoints; n++) {
-      let next;
-      try {
-        next = this.journal.nextRecovered(1)[0];
-      } catch {
-        return; // a segment that cannot be read: the journal failed, and the worker restarts
-      }
-      if (next === undefined) break;
-      const { record, inFlight } = next;
-      const position = this.committed.get(inFlight.segment.slot);
-      if (position !== undefined && inFlight.segment.seq >= 0 && covers(position, inFlight.segment.seq, inFlight.index)) {
-        this.journal.acknowledged(inFlight.id, inFlight.points);
-        this.metrics.recoveredCommitted.inc();
-        this.alreadyCommittedPoints += inFlight.points;
-        continue;
-      }
-      this.enqueue({ record: inFlight, batch: record, count: record.count, timestamp: record.timestamp, produced: 0 });
-    }
+    readRecovered(
+      this.journal,
+      () => this.waiting.points + this.open.points < this.settings.maxPoints,
+      ({ record, inFlight }) => {
+        if (this.positions.covers(inFlight)) {
+          this.journal.acknowledged(inFlight.id, inFlight.points);
+          this.metrics.recoveredCommitted.inc();
+          this.committedBefore += inFlight.points;
+          return;
+        }
+        this.enqueue({ record: inFlight, batch: record, count: record.count, timestamp: record.timestamp, produced: 0 });
+      },
+    );
     this.journal.flushMarks();
     if (!this.journal.recovering && this.later.length > 0) {
-      const later = this.later;
-      this.later = [];
-      this.laterPoints = 0;
-      for (const entry of later) this.enqueue(entry);
+      for (const entry of this.later.takeAll()) this.enqueue(entry);
     }
   }
 
@@ -298,8 +244,10 @@ export class Transactions {
 
   /** Why librdkafka takes no more messages in this transaction, or null when it does. */
   private refusedBy(): Error | null {
-    if (this.producer.failedFatally) return new Error('librdkafka refused a message with a fatal error');
-    if (this.producer.transactionFailed) return new Error('librdkafka refused a message: the transaction failed (a message of it timed out or was refused) and must be aborted');
+    const refusal = this.producer.refusal();
+    if (refusal === 'fatal') return new Error('librdkafka refused a message with a fatal error');
+    if (refusal === 'transaction_failed')
+      return new Error('librdkafka refused a message: the transaction failed (a message of it timed out or was refused) and must be aborted');
     return null;
   }
 
@@ -314,38 +262,13 @@ export class Transactions {
     if (this.state !== 'beginning') return;
     this.state = 'open';
     this.openedAt = performance.now();
-    this.restatePositions();
-    const waiting = this.waiting;
-    this.waiting = [];
-    this.waitingPoints = 0;
-    for (const entry of waiting) {
+    this.positions.restate();
+    for (const entry of this.waiting.takeAll()) {
       this.produceEntry(entry);
       this.open.push(entry);
-      this.openPoints += entry.count;
     }
-    if (this.openPoints >= this.settings.maxPoints) void this.end();
+    if (this.open.points >= this.settings.maxPoints) void this.end();
     else this.endTimer = setTimeout(() => void this.end(), this.settings.commitIntervalMs);
-  }
-
-  /**
-   * Each committed position written again, unchanged, as a transaction opens. librdkafka joins a
-   * partition to the transaction (AddPartitionsToTxn) when a message first goes to it, and holds the
-   * message until the coordinator answers: written only at the end, a position cost every commit
-   * that round trip. Now its partition joins with the points' ones; the position written at the end
-   * comes after this one, and the newest position of a key is the one read back. Best effort: what
-   * librdkafka refuses here it refuses again at the end, which aborts the transaction.
-   */
-  private restatePositions(): void {
-    try {
-      for (const [slot, position] of this.committed) this.producePosition(slot, position);
-    } catch {
-      // the end says it
-    }
-  }
-
-  /** A slot's position to the positions topic, in the open transaction; whether librdkafka took it. */
-  private producePosition(slot: number, position: JournalPosition): boolean {
-    return this.producer.produceTo(this.settings.positionsTopic, positionMessage(this.opts.keyOf(slot), position));
   }
 
   /** Positions, then the commit; once committed, every record of the transaction is done. */
@@ -358,7 +281,7 @@ export class Transactions {
     // Every message in librdkafka's queue first (a queue that was full refused some): the commit
     // covers what was produced. A transaction that fails meanwhile is aborted (a fatal error: abort()
     // ends the worker).
-    while (this.open.some((e) => e.produced < e.count)) {
+    while (this.open.someUnproduced()) {
       const refused = this.refusedBy();
       if (refused !== null) {
         await this.abort(refused);
@@ -366,15 +289,11 @@ export class Transactions {
       }
       for (const entry of this.open) if (entry.produced < entry.count && this.state === 'ending') this.produceEntry(entry);
       if (this.state !== 'ending') return; // failed meanwhile
-      if (this.open.some((e) => e.produced < e.count)) await sleep(RETRY_DELAY_MS);
+      if (this.open.someUnproduced()) await sleep(RETRY_DELAY_MS);
     }
-    const positions = this.positionsOf(this.open);
+    const positions = this.positions.of(this.open);
     try {
-      for (const [slot, position] of positions) {
-        if (!this.producePosition(slot, position)) {
-          throw new Error(`librdkafka's queue did not take the position of slot ${slot} (queue.buffering.max.messages or .kbytes reached)`);
-        }
-      }
+      this.positions.write(positions);
     } catch (err) {
       // A position not queued: committed without it, the transaction's records would be produced
       // again by the slot's next holder after a crash before their marks. Aborted, they go again in the next.
@@ -385,33 +304,22 @@ export class Transactions {
     if (failed === null) {
       this.metrics.transactionCommit.observe((performance.now() - endedAt) / 1000);
       this.committedAll(positions);
-    } else if (failed.isTxnRequiresAbort === true && failed.isFatal !== true) await this.abort(failed);
+    } else if (transactionErrorClass(failed) === 'abortable') await this.abort(failed);
     else this.fatal('commitTransaction failed', failed);
   }
 
   /** A transaction call, tried again while librdkafka calls its error retriable; the error that ended it, or null. */
-  private async retried(what: string, call: () => Promise<void>): Promise<ClassifiedError | null> {
+  private async retried(what: string, call: () => Promise<void>): Promise<unknown> {
     for (;;) {
       try {
         await call();
         return null;
       } catch (err) {
-        const e = err as ClassifiedError;
-        if (e.isRetriable !== true || e.isFatal === true) return e;
+        if (transactionErrorClass(err) !== 'retriable') return err;
         this.log.warn({ err }, `${what} failed and may be retried; retrying`);
         await sleep(RETRY_DELAY_MS);
       }
     }
-  }
-
-  /** The last record of each slot in the transaction (earlier versions' spill files have none). */
-  private positionsOf(entries: readonly Entry[]): Map<number, JournalPosition> {
-    const out = new Map<number, JournalPosition>();
-    for (const { record } of entries) {
-      if (record.segment.seq < 0) continue;
-      out.set(record.segment.slot, { journal: this.opts.journalId, slot: record.segment.slot, seq: record.segment.seq, index: record.index });
-    }
-    return out;
   }
 
   private committedAll(positions: Map<number, JournalPosition>): void {
@@ -421,17 +329,19 @@ export class Transactions {
       if (done !== null) this.metrics.deliveryLatency.observe((now - done.producedAt) / 1000);
     }
     this.journal.flushMarks();
-    for (const [slot, position] of positions) this.committed.set(slot, position);
-    this.metrics.delivered.inc(this.openPoints);
+    this.positions.moved(positions);
+    this.metrics.delivered.inc(this.open.points);
     this.metrics.transactions.labels('committed').inc();
-    this.open = [];
-    this.openPoints = 0;
+    this.open.takeAll();
     this.next();
   }
 
   /** An abortable error: the transaction aborted, its records first in the next one. */
   private async abort(cause: unknown): Promise<void> {
-    this.log.warn({ err: cause, records: this.open.length, points: this.openPoints }, 'Kafka transaction aborted; its records are produced again in the next one');
+    this.log.warn(
+      { err: cause, records: this.open.length, points: this.open.points },
+      'Kafka transaction aborted; its records are produced again in the next one',
+    );
     const failed = await this.retried('abortTransaction', () => this.producer.abortTransaction(this.settings.transactionTimeoutMs));
     if (failed !== null) {
       this.fatal('abortTransaction failed', failed);
@@ -443,10 +353,7 @@ export class Transactions {
       // A copy of this process's record is let go: read back from the journal when produced again.
       if (entry.record.at >= 0) entry.batch = null;
     }
-    this.waiting = [...this.open, ...this.waiting];
-    this.waitingPoints += this.openPoints;
-    this.open = [];
-    this.openPoints = 0;
+    this.waiting.putFirst(this.open.takeAll());
     this.next();
   }
 
@@ -462,9 +369,8 @@ export class Transactions {
     this.state = 'failed';
     if (this.endTimer !== null) clearTimeout(this.endTimer);
     for (const done of this.ended.splice(0)) done();
-    const e = err as ClassifiedError;
-    const fenced = isFenced(e) && !this.timedOut();
-    const why = `${what}: ${e.message ?? String(err)}${fenced ? ' (fenced: another process took this slot\'s transactional.id)' : isFenced(e) ? ' (the transaction outlived TRANSACTION_TIMEOUT_MS: the broker aborted it and fenced this producer)' : ''}`;
+    const fenced = isFenced(err) && !this.timedOut();
+    const why = `${what}: ${messageOf(err)}${fenced ? " (fenced: another process took this slot's transactional.id)" : isFenced(err) ? ' (the transaction outlived TRANSACTION_TIMEOUT_MS: the broker aborted it and fenced this producer)' : ''}`;
     this.log.fatal({ err }, `${why}; the worker ends, and the slot's next holder produces again from the committed position what the journal holds`);
     this.opts.onFatal(fenced);
   }
@@ -485,7 +391,8 @@ export class Transactions {
   async drain(deadline: number): Promise<number> {
     while (this.ready && (this.state !== 'idle' || this.waiting.length > 0) && Date.now() < deadline) {
       if (this.state === 'open') void this.end();
-      await Promise.race([new Promise<void>((resolve) => this.ended.push(resolve)), sleep(Math.max(1, deadline - Date.now()))]);
+      // Looked at again soon: a transaction that was beginning is open by then, and is ended.
+      await Promise.race([new Promise<void>((resolve) => this.ended.push(resolve)), sleep(Math.max(1, Math.min(RETRY_DELAY_MS, deadline - Date.now())))]);
     }
     if (this.state !== 'failed') this.state = 'stopped';
     if (this.endTimer !== null) clearTimeout(this.endTimer);
@@ -493,9 +400,9 @@ export class Transactions {
   }
 }
 
-/** A batch copied out of the request's buffers, which the next request reuses. */
-function copyOf(batch: JournalBatch): JournalBatch {
-  return { count: batch.count, data: Buffer.from(batch.data), messages: batch.messages.slice() };
+function messageOf(err: unknown): string {
+  const message = (err as { message?: unknown } | null)?.message;
+  return typeof message === 'string' ? message : String(err);
 }
 
 function sleep(ms: number): Promise<void> {

@@ -15,7 +15,10 @@ import { point, postTrack, startService, type Service } from '../helpers/service
 import { fileTopic } from '../helpers/topic.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
-const kafka = (...args: string[]) => execFileSync(KAFKA_SH, args, { stdio: ['ignore', 'pipe', 'inherit'] }).toString().trim();
+const kafka = (...args: string[]) =>
+  execFileSync(KAFKA_SH, args, { stdio: ['ignore', 'pipe', 'inherit'] })
+    .toString()
+    .trim();
 const DELIVERY_TIMEOUT_MS = 2_000;
 /** The answer's bound: the timeout, the service's margin, and the time of one HTTP exchange on a busy machine. */
 const ANSWER_WITHIN_MS = DELIVERY_TIMEOUT_MS + DEADLINE_MARGIN_MS + 500;
@@ -57,7 +60,9 @@ describe('ACK_MODE=delivered when Kafka does not acknowledge', () => {
     expect(r.ms).toBeGreaterThanOrEqual(DELIVERY_TIMEOUT_MS - 100);
     expect(r.ms).toBeLessThanOrEqual(ANSWER_WITHIN_MS);
     expect([r.status, r.json.error, r.headers.get('retry-after')]).toEqual([500, 'delivery_uncertain', '1']);
-    expect(String(r.json.message)).toMatch(/2 of 2 track points were not acknowledged .*; 0 were written and 2 may have been .*: resending the whole request may duplicate them/);
+    expect(String(r.json.message)).toMatch(
+      /2 of 2 track points were not acknowledged .*; 0 were written and 2 may have been .*: resending the whole request may duplicate them/,
+    );
 
     // The broker answers again: the next request is acknowledged.
     expect((await postTrack(svc.url, [point('after-thaw')])).status).toBe(202);

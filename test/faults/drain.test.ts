@@ -51,7 +51,10 @@ interface Drained {
 /** `node dist/src/main.js drain` on `dir`, as `make drain` and the image run it. */
 function drain(dir: string, env: Record<string, string>): Promise<Drained> {
   const started = Date.now();
-  const proc = spawn(process.execPath, [MAIN, 'drain'], { env: { ...process.env, MQ_BROKERS: BROKERS, LOG_LEVEL: 'warn', ...env, JOURNAL_DIR: dir }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, [MAIN, 'drain'], {
+    env: { ...process.env, MQ_BROKERS: BROKERS, LOG_LEVEL: 'warn', ...env, JOURNAL_DIR: dir },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const out: string[] = [];
   const errors: string[] = [];
   collectLines(proc.stdout, out);
@@ -91,59 +94,75 @@ async function strand(dir: string, env: Record<string, string>): Promise<Account
 }
 
 describe('drain: a journal left behind, produced without its service', () => {
-  it('at least once: a service killed under load with the broker frozen; drain gives up within DRAIN_TIMEOUT_MS keeping the files, and once the broker is back produces every 202', { timeout: 180_000 }, async () => {
-    const topic = await createTopic(uniqueTopic('drain-alo'));
-    const dir = journalDir();
-    let unreachable: Drained;
-    let left: string[];
-    try {
-      const load = await strand(dir, { MQ_TOPIC: topic });
-      left = journalFiles(dir);
-      expect(left.some((f) => /\.wal [1-9]/.test(f)), left.join('\n')).toBe(true);
-      unreachable = await drain(dir, { MQ_TOPIC: topic, DRAIN_TIMEOUT_MS: '3000' });
-      expect(unreachable.code, unreachable.summary).toBe(EXIT.UNFLUSHED);
-      expect(unreachable.summary).toMatch(/acknowledged nothing for 3000 ms \(DRAIN_TIMEOUT_MS\); the files are kept/);
-      // Given up at 3 s, exited within the 2 s of a connection attempt under way, and a margin for a busy machine.
-      expect(unreachable.ms).toBeLessThan(9_000);
-      expect(unreachable.errors.some((l) => /^drain: \d+ points in \d+ records left; 0 points\/s$/.test(l)), unreachable.errors.join('\n')).toBe(true);
-      expect(journalFiles(dir)).toEqual(left);
-      thaw();
+  it(
+    'at least once: a service killed under load with the broker frozen; drain gives up within DRAIN_TIMEOUT_MS keeping the files, and once the broker is back produces every 202',
+    { timeout: 180_000 },
+    async () => {
+      const topic = await createTopic(uniqueTopic('drain-alo'));
+      const dir = journalDir();
+      let unreachable: Drained;
+      let left: string[];
+      try {
+        const load = await strand(dir, { MQ_TOPIC: topic });
+        left = journalFiles(dir);
+        expect(
+          left.some((f) => /\.wal [1-9]/.test(f)),
+          left.join('\n'),
+        ).toBe(true);
+        unreachable = await drain(dir, { MQ_TOPIC: topic, DRAIN_TIMEOUT_MS: '3000' });
+        expect(unreachable.code, unreachable.summary).toBe(EXIT.UNFLUSHED);
+        expect(unreachable.summary).toMatch(/acknowledged nothing for 3000 ms \(DRAIN_TIMEOUT_MS\); the files are kept/);
+        // Given up at 3 s, exited within the 2 s of a connection attempt under way, and a margin for a busy machine.
+        expect(unreachable.ms).toBeLessThan(9_000);
+        expect(
+          unreachable.errors.some((l) => /^drain: \d+ points in \d+ records left; 0 points\/s$/.test(l)),
+          unreachable.errors.join('\n'),
+        ).toBe(true);
+        expect(journalFiles(dir)).toEqual(left);
+        thaw();
 
-      const drained = await drain(dir, { MQ_TOPIC: topic });
-      expect(drained.code, `${drained.summary}\n${drained.errors.join('\n')}`).toBe(EXIT.OK);
-      expect(drained.summary).toMatch(/nothing left: JOURNAL_DIR=.* holds nothing Kafka has not acknowledged/);
-      expect(produced(drained)).toBeGreaterThan(0);
-      expect(journalFiles(dir).filter((f) => f.includes('.wal'))).toEqual([]);
-      const a = load.account(await consumeAll(topic, { expected: load.accepted, timeoutMs: 90_000, toEnd: true }));
-      console.log(`${ACCOUNTING_HEADER}\n${accountingRow('kill -9 of the service (2 workers) with the broker frozen, then drain', a)}\n(${drained.summary})`);
-      expect(a.accepted).toBeGreaterThan(1_000);
-      expect(a.lost).toBe(0);
-    } finally {
-      if (frozen) thaw();
-    }
-  });
+        const drained = await drain(dir, { MQ_TOPIC: topic });
+        expect(drained.code, `${drained.summary}\n${drained.errors.join('\n')}`).toBe(EXIT.OK);
+        expect(drained.summary).toMatch(/nothing left: JOURNAL_DIR=.* holds nothing Kafka has not acknowledged/);
+        expect(produced(drained)).toBeGreaterThan(0);
+        expect(journalFiles(dir).filter((f) => f.includes('.wal'))).toEqual([]);
+        const a = load.account(await consumeAll(topic, { expected: load.accepted, timeoutMs: 90_000, toEnd: true }));
+        console.log(`${ACCOUNTING_HEADER}\n${accountingRow('kill -9 of the service (2 workers) with the broker frozen, then drain', a)}\n(${drained.summary})`);
+        expect(a.accepted).toBeGreaterThan(1_000);
+        expect(a.lost).toBe(0);
+      } finally {
+        if (frozen) thaw();
+      }
+    },
+  );
 
-  it('a service asked to stop (SIGTERM: a pod removed) waits for its journal to empty while Kafka comes back, and leaves none', { timeout: 120_000 }, async () => {
-    const topic = await createTopic(uniqueTopic('drain-sigterm'));
-    const dir = journalDir();
-    try {
-      const load = await strand(dir, { MQ_TOPIC: topic });
-      // Started on what the killed service left, the broker still frozen: nothing produced yet.
-      const svc = await startService({ MQ_TOPIC: topic, WORKERS: '2', JOURNAL_DIR: dir, SHUTDOWN_TIMEOUT_MS: '30000' }, { waitFor: 'nothing' });
-      await sleep(2_000);
-      svc.proc.kill('SIGTERM');
-      await sleep(2_000);
-      thaw();
-      expect(await svc.exited).toBe(0);
-      expect(journalFiles(dir).filter((f) => /\.wal [1-9]/.test(f) || f.includes('.done'))).toEqual([]);
-      const a = load.account(await consumeAll(topic, { expected: load.accepted, timeoutMs: 90_000, toEnd: true }));
-      console.log(`${ACCOUNTING_HEADER}\n${accountingRow('kill -9 with the broker frozen; the next service started and stopped (SIGTERM) while frozen, thawed 2 s into its shutdown', a)}`);
-      expect(a.accepted).toBeGreaterThan(1_000);
-      expect(a.lost).toBe(0);
-    } finally {
-      if (frozen) thaw();
-    }
-  });
+  it(
+    'a service asked to stop (SIGTERM: a pod removed) waits for its journal to empty while Kafka comes back, and leaves none',
+    { timeout: 120_000 },
+    async () => {
+      const topic = await createTopic(uniqueTopic('drain-sigterm'));
+      const dir = journalDir();
+      try {
+        const load = await strand(dir, { MQ_TOPIC: topic });
+        // Started on what the killed service left, the broker still frozen: nothing produced yet.
+        const svc = await startService({ MQ_TOPIC: topic, WORKERS: '2', JOURNAL_DIR: dir, SHUTDOWN_TIMEOUT_MS: '30000' }, { waitFor: 'nothing' });
+        await sleep(2_000);
+        svc.proc.kill('SIGTERM');
+        await sleep(2_000);
+        thaw();
+        expect(await svc.exited).toBe(0);
+        expect(journalFiles(dir).filter((f) => /\.wal [1-9]/.test(f) || f.includes('.done'))).toEqual([]);
+        const a = load.account(await consumeAll(topic, { expected: load.accepted, timeoutMs: 90_000, toEnd: true }));
+        console.log(
+          `${ACCOUNTING_HEADER}\n${accountingRow('kill -9 with the broker frozen; the next service started and stopped (SIGTERM) while frozen, thawed 2 s into its shutdown', a)}`,
+        );
+        expect(a.accepted).toBeGreaterThan(1_000);
+        expect(a.lost).toBe(0);
+      } finally {
+        if (frozen) thaw();
+      }
+    },
+  );
 
   it('exactly once: the same journal drained under another INSTANCE_ID, each 202 found once by a read_committed reader', { timeout: 180_000 }, async () => {
     const topics = await eosTopics('drain-eos');
@@ -167,7 +186,7 @@ describe('drain: a journal left behind, produced without its service', () => {
     }
   });
 
-  it('on a directory whose service runs: exits with the lock\'s code naming the holder, and changes nothing', { timeout: 60_000 }, async () => {
+  it("on a directory whose service runs: exits with the lock's code naming the holder, and changes nothing", { timeout: 60_000 }, async () => {
     const topic = await createTopic(uniqueTopic('drain-in-use'));
     const dir = journalDir();
     const svc = await startService({ MQ_TOPIC: topic, WORKERS: '2', JOURNAL_DIR: dir });
@@ -193,7 +212,13 @@ describe('drain: a journal left behind, produced without its service', () => {
     const claim = claimSlotsNow({ files: diskFiles, dir, slot: 1, slotsInUse: 2 });
     const journal = new Journal({ dir, claim, maxBytes: 2 ** 30, sync: 'process', mapSegments: false });
     for (let r = 0; r < records; r++) {
-      const points = Array.from({ length: 10 }, (_, i) => ({ container_id: `${run}-r${String(r).padStart(2, '0')}`, lat: 51.9, lon: 4.4, timestamp: `2026-12-03T10:00:${String(i).padStart(2, '0')}Z`, speed: 0 }));
+      const points = Array.from({ length: 10 }, (_, i) => ({
+        container_id: `${run}-r${String(r).padStart(2, '0')}`,
+        lat: 51.9,
+        lon: 4.4,
+        timestamp: `2026-12-03T10:00:${String(i).padStart(2, '0')}Z`,
+        speed: 0,
+      }));
       const e = encodePoints(points);
       journal.append({ count: e.count, data: Buffer.from(e.data), messages: e.messages.slice() }, Date.now());
     }

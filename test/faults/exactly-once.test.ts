@@ -8,7 +8,14 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ACCOUNTING_HEADER, AccountedLoad, accountingRow } from '../helpers/accounting.js';
-import { eosTopics as topics, exactlyOnceEnv as exactlyOnce, expectExactlyOnce, readBoth, reportBoth as report, type Readings } from '../helpers/exactly-once.js';
+import {
+  eosTopics as topics,
+  exactlyOnceEnv as exactlyOnce,
+  expectExactlyOnce,
+  readBoth,
+  reportBoth as report,
+  type Readings,
+} from '../helpers/exactly-once.js';
 import { cpuTicks, workerPids } from '../helpers/processes.js';
 import Kafka from '@confluentinc/kafka-javascript';
 import { BROKERS, consumeAll, createTopic, uniqueTopic } from '../../support/kafka.js';
@@ -79,7 +86,10 @@ type Offsets = Awaited<ReturnType<typeof stableOffsets>>;
  * CI run killed the whole service there once; a run of the frozen-worker test read 1.1 s held back).
  * Then they go on, and are stopped again 2 s later, 5 times at most.
  */
-async function stopHoldingTransaction(pids: readonly number[], offsets: Offsets): Promise<{ stops: number; partition: number; stable: number; stoppedAt: number }> {
+async function stopHoldingTransaction(
+  pids: readonly number[],
+  offsets: Offsets,
+): Promise<{ stops: number; partition: number; stable: number; stoppedAt: number }> {
   const all = [0, 1, 2, 3, 4, 5];
   for (let stops = 1; stops <= 5; stops++) {
     const stoppedAt = Date.now();
@@ -210,84 +220,100 @@ describe('DELIVERY=exactly-once on the local broker, 2 workers', () => {
     expectExactlyOnce(r, 5_000);
   });
 
-  it('kill -9 of a 2-worker service, started again with WORKERS=1: slot 0 fences slot 1\'s transactional.id and commits its journal, every 202 once', { timeout: 180_000 }, async () => {
-    const { second, r } = await killServiceAndStartAgain('eos-shrink', { WORKERS: '1' });
-    expect(second.output.join('\n')).toMatch(/fenced the transactional.id of a slot whose journal files this worker took over/);
-    report('DELIVERY=exactly-once, kill -9 of the 2-worker service from 6 s on, a transaction open, started again with WORKERS=1', r, await transactionCounts(second));
-    expect(await second.stop()).toBe(0);
-    expectExactlyOnce(r, 5_000);
-  });
+  it(
+    "kill -9 of a 2-worker service, started again with WORKERS=1: slot 0 fences slot 1's transactional.id and commits its journal, every 202 once",
+    { timeout: 180_000 },
+    async () => {
+      const { second, r } = await killServiceAndStartAgain('eos-shrink', { WORKERS: '1' });
+      expect(second.output.join('\n')).toMatch(/fenced the transactional.id of a slot whose journal files this worker took over/);
+      report(
+        'DELIVERY=exactly-once, kill -9 of the 2-worker service from 6 s on, a transaction open, started again with WORKERS=1',
+        r,
+        await transactionCounts(second),
+      );
+      expect(await second.stop()).toBe(0);
+      expectExactlyOnce(r, 5_000);
+    },
+  );
 
-  it('a worker frozen past TRANSACTION_TIMEOUT_MS, then woken: its transaction aborted by the broker, which holds read_committed consumers back meanwhile; produced again, every 202 once', { timeout: 180_000 }, async () => {
-    const t = await topics('eos-freeze-worker');
-    const svc = await startService(exactlyOnce(t, { WORKERS: '2', TRANSACTION_TIMEOUT_MS: '3000' }));
-    await everyWorkerListening(svc);
-    const load = new AccountedLoad(svc.url, { connections: 8, pointsPerRequest: 10, requestTimeoutMs: 60_000 });
-    // A read_committed consumer beside it, reported: the longest time it read nothing. Nothing after
-    // the open transaction's first message can be read until the broker aborts it, but a consumer
-    // that lags reads what came before meanwhile (a run read a 1.8 s gap for a 6.9 s hold), so the
-    // hold is asserted as the broker keeps it: the partition's last stable offset, below.
-    const watcher = watchVisibility(t.MQ_TOPIC);
-    load.start();
-    await sleep(4_000);
-    const victim = busiest(svc);
-    await sleep(1_000);
-    // Frozen once it holds a transaction open (stopHoldingTransaction): one of its partitions' last
-    // stable offset then stays put.
-    const lso = await stableOffsets(t.MQ_TOPIC);
-    const { stops: freezes, partition, stable, stoppedAt: frozenAt } = await stopHoldingTransaction([victim], lso);
-    // How long consumers are held back, as the broker holds them: until that partition's last stable
-    // offset moves on, polled while the worker stays frozen (10 s in all). The broker aborts the
-    // transaction after its timeout, and looks for timed-out transactions every second
-    // (transaction.abort.timed.out.transaction.cleanup.interval.ms, scripts/kafka.sh).
-    let heldMs = -1;
-    while (Date.now() - frozenAt < 10_000) {
-      await sleep(200);
-      if (heldMs < 0 && (await lso.of(partition)) !== stable) heldMs = Date.now() - frozenAt;
-    }
-    await lso.close();
-    process.kill(victim, 'SIGCONT');
-    await sleep(5_000);
-    await load.stop();
-    await untilJournalEmpty(svc, 'the journals to be committed whole');
-    const readGapMs = await watcher.stop();
-    const r = await readBoth(t.MQ_TOPIC, load);
-    report(
-      'DELIVERY=exactly-once, the busiest worker frozen 10 s (transaction timeout 3 s)',
-      r,
-      `${await transactionCounts(svc)}; partition ${partition}'s last stable offset held ${heldMs} ms after the freeze; a read_committed consumer's longest gap between reads ${readGapMs} ms; freezes until one caught a transaction open: ${freezes}`,
-    );
-    // Held until the broker aborted the transaction: its timeout (3 s from its start), plus up to the
-    // check interval and the markers' write; not until the worker woke (10 s: -1).
-    expect(heldMs).toBeGreaterThan(2_000);
-    expect(heldMs).toBeLessThan(8_000);
-    expect(await svc.stop()).toBe(0);
-    expectExactlyOnce(r, 5_000);
-  });
+  it(
+    'a worker frozen past TRANSACTION_TIMEOUT_MS, then woken: its transaction aborted by the broker, which holds read_committed consumers back meanwhile; produced again, every 202 once',
+    { timeout: 180_000 },
+    async () => {
+      const t = await topics('eos-freeze-worker');
+      const svc = await startService(exactlyOnce(t, { WORKERS: '2', TRANSACTION_TIMEOUT_MS: '3000' }));
+      await everyWorkerListening(svc);
+      const load = new AccountedLoad(svc.url, { connections: 8, pointsPerRequest: 10, requestTimeoutMs: 60_000 });
+      // A read_committed consumer beside it, reported: the longest time it read nothing. Nothing after
+      // the open transaction's first message can be read until the broker aborts it, but a consumer
+      // that lags reads what came before meanwhile (a run read a 1.8 s gap for a 6.9 s hold), so the
+      // hold is asserted as the broker keeps it: the partition's last stable offset, below.
+      const watcher = watchVisibility(t.MQ_TOPIC);
+      load.start();
+      await sleep(4_000);
+      const victim = busiest(svc);
+      await sleep(1_000);
+      // Frozen once it holds a transaction open (stopHoldingTransaction): one of its partitions' last
+      // stable offset then stays put.
+      const lso = await stableOffsets(t.MQ_TOPIC);
+      const { stops: freezes, partition, stable, stoppedAt: frozenAt } = await stopHoldingTransaction([victim], lso);
+      // How long consumers are held back, as the broker holds them: until that partition's last stable
+      // offset moves on, polled while the worker stays frozen (10 s in all). The broker aborts the
+      // transaction after its timeout, and looks for timed-out transactions every second
+      // (transaction.abort.timed.out.transaction.cleanup.interval.ms, scripts/kafka.sh).
+      let heldMs = -1;
+      while (Date.now() - frozenAt < 10_000) {
+        await sleep(200);
+        if (heldMs < 0 && (await lso.of(partition)) !== stable) heldMs = Date.now() - frozenAt;
+      }
+      await lso.close();
+      process.kill(victim, 'SIGCONT');
+      await sleep(5_000);
+      await load.stop();
+      await untilJournalEmpty(svc, 'the journals to be committed whole');
+      const readGapMs = await watcher.stop();
+      const r = await readBoth(t.MQ_TOPIC, load);
+      report(
+        'DELIVERY=exactly-once, the busiest worker frozen 10 s (transaction timeout 3 s)',
+        r,
+        `${await transactionCounts(svc)}; partition ${partition}'s last stable offset held ${heldMs} ms after the freeze; a read_committed consumer's longest gap between reads ${readGapMs} ms; freezes until one caught a transaction open: ${freezes}`,
+      );
+      // Held until the broker aborted the transaction: its timeout (3 s from its start), plus up to the
+      // check interval and the markers' write; not until the worker woke (10 s: -1).
+      expect(heldMs).toBeGreaterThan(2_000);
+      expect(heldMs).toBeLessThan(8_000);
+      expect(await svc.stop()).toBe(0);
+      expectExactlyOnce(r, 5_000);
+    },
+  );
 
-  it('a second process with the same INSTANCE_ID fences the first, which stops (exit 7); started again, its journal gives every 202 once', { timeout: 180_000 }, async () => {
-    const t = await topics('eos-fenced');
-    const env = exactlyOnce(t, { WORKERS: '1', STANDBY_WORKER: '0' });
-    const dir = journalDir();
-    const first = await startService({ ...env, JOURNAL_DIR: dir });
-    const load = new AccountedLoad(first.url, { connections: 4, pointsPerRequest: 10 });
-    load.start();
-    await sleep(3_000);
-    // Another host's process under the same identity: another journal directory.
-    const second = await startService(env);
-    const code = await Promise.race([first.exited, sleep(30_000).then(() => 'still running' as const)]);
-    await load.stop();
-    expect(code).toBe(7);
-    expect(first.output.join('\n')).toMatch(/fenced: another process took this slot's transactional.id/);
-    expect(await second.stop()).toBe(0);
-    // What the fenced process accepted and had not committed stays in its journal, for its next start.
-    const again = await startService({ ...env, JOURNAL_DIR: dir });
-    await untilJournalEmpty(again, 'the journal to be committed whole');
-    const r = await readBoth(t.MQ_TOPIC, load);
-    report('DELIVERY=exactly-once, the same INSTANCE_ID started elsewhere at 3 s; the first started again', r, await transactionCounts(again));
-    expect(await again.stop()).toBe(0);
-    expect(r.committed.lost).toBe(0);
-    expect(r.committed.duplicated).toBe(0);
-    expect(r.committed.deliveredAfterError).toBe(0);
-  });
+  it(
+    'a second process with the same INSTANCE_ID fences the first, which stops (exit 7); started again, its journal gives every 202 once',
+    { timeout: 180_000 },
+    async () => {
+      const t = await topics('eos-fenced');
+      const env = exactlyOnce(t, { WORKERS: '1', STANDBY_WORKER: '0' });
+      const dir = journalDir();
+      const first = await startService({ ...env, JOURNAL_DIR: dir });
+      const load = new AccountedLoad(first.url, { connections: 4, pointsPerRequest: 10 });
+      load.start();
+      await sleep(3_000);
+      // Another host's process under the same identity: another journal directory.
+      const second = await startService(env);
+      const code = await Promise.race([first.exited, sleep(30_000).then(() => 'still running' as const)]);
+      await load.stop();
+      expect(code).toBe(7);
+      expect(first.output.join('\n')).toMatch(/fenced: another process took this slot's transactional.id/);
+      expect(await second.stop()).toBe(0);
+      // What the fenced process accepted and had not committed stays in its journal, for its next start.
+      const again = await startService({ ...env, JOURNAL_DIR: dir });
+      await untilJournalEmpty(again, 'the journal to be committed whole');
+      const r = await readBoth(t.MQ_TOPIC, load);
+      report('DELIVERY=exactly-once, the same INSTANCE_ID started elsewhere at 3 s; the first started again', r, await transactionCounts(again));
+      expect(await again.stop()).toBe(0);
+      expect(r.committed.lost).toBe(0);
+      expect(r.committed.duplicated).toBe(0);
+      expect(r.committed.deliveredAfterError).toBe(0);
+    },
+  );
 });

@@ -18,7 +18,10 @@ import { point, postFresh, producerStateLines, startService, untilJournalEmpty, 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
 const BROKER_LOG = `${process.env.KAFKA_RUN ?? fileURLToPath(new URL('../../.run/kafka', import.meta.url))}/fencing/broker.log`;
 const FENCING = '127.0.0.1:9192';
-const kafka = (...args: string[]) => execFileSync(KAFKA_SH, args, { stdio: ['ignore', 'pipe', 'inherit'] }).toString().trim();
+const kafka = (...args: string[]) =>
+  execFileSync(KAFKA_SH, args, { stdio: ['ignore', 'pipe', 'inherit'] })
+    .toString()
+    .trim();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** How long the load runs: three to four fences of about 6 s each. */
 const LOAD_MS = 25_000;
@@ -34,7 +37,11 @@ afterAll(() => {
 
 /** The controller's "Fencing broker" lines in the broker's log, from byte `from` on. */
 function fencesSince(from: number): number {
-  return readFileSync(BROKER_LOG).subarray(from).toString().split('\n').filter((l) => l.includes('Fencing broker 1 ')).length;
+  return readFileSync(BROKER_LOG)
+    .subarray(from)
+    .toString()
+    .split('\n')
+    .filter((l) => l.includes('Fencing broker 1 ')).length;
 }
 
 /**
@@ -56,40 +63,52 @@ function fencingTopic(): string {
 }
 
 describe('a broker its controller keeps fencing (metadata answers that list no broker)', () => {
-  it('the workers keep their broker: every point answered 202 reaches Kafka once, and every worker still takes points after the fences', { timeout: 240_000 }, async () => {
-    const topic = fencingTopic();
-    const svc = await startService({ MQ_BROKERS: FENCING, MQ_TOPIC: topic, WORKERS: '2' }, { timeoutMs: 60_000 });
-    const load = new AccountedLoad(svc.url, { connections: 4, pointsPerRequest: 10, pauseMs: 20 });
-    const logFrom = readFileSync(BROKER_LOG).length;
-    let fences = -1;
-    let answers: Answer[] = [];
-    let takingMs = -1;
-    try {
-      load.start();
-      await sleep(LOAD_MS);
-      fences = fencesSince(logFrom);
-      // Every worker takes points: a round of 20 requests on fresh connections (the kernel spreads
-      // them over both workers) all answered 202, within one fencing cycle and a half.
-      const from = Date.now();
-      for (let round = 0; ; round++) {
-        answers = await Promise.all(Array.from({ length: 20 }, (_, i) => postFresh(svc.url, [point(`after-${load.runId}-${round}-${i}`)])));
-        takingMs = Date.now() - from;
-        if (answers.every((r) => r.status === 202) || takingMs > 12_000) break;
-        await sleep(200);
+  it(
+    'the workers keep their broker: every point answered 202 reaches Kafka once, and every worker still takes points after the fences',
+    { timeout: 240_000 },
+    async () => {
+      const topic = fencingTopic();
+      const svc = await startService({ MQ_BROKERS: FENCING, MQ_TOPIC: topic, WORKERS: '2' }, { timeoutMs: 60_000 });
+      const load = new AccountedLoad(svc.url, { connections: 4, pointsPerRequest: 10, pauseMs: 20 });
+      const logFrom = readFileSync(BROKER_LOG).length;
+      let fences: number;
+      let answers: Answer[];
+      let takingMs: number;
+      try {
+        load.start();
+        await sleep(LOAD_MS);
+        fences = fencesSince(logFrom);
+        // Every worker takes points: a round of 20 requests on fresh connections (the kernel spreads
+        // them over both workers) all answered 202, within one fencing cycle and a half.
+        const from = Date.now();
+        for (let round = 0; ; round++) {
+          answers = await Promise.all(Array.from({ length: 20 }, (_, i) => postFresh(svc.url, [point(`after-${load.runId}-${round}-${i}`)])));
+          takingMs = Date.now() - from;
+          if (answers.every((r) => r.status === 202) || takingMs > 12_000) break;
+          await sleep(200);
+        }
+      } finally {
+        await load.stop();
       }
-    } finally {
-      await load.stop();
-    }
-    await untilJournalEmpty(svc, 'the journals to be produced whole');
-    const messages = await consumeAll(topic, { expected: load.accepted, brokers: FENCING, timeoutMs: 90_000, toEnd: true });
-    const a = load.account(messages);
-    console.log(`${ACCOUNTING_HEADER}\n${accountingRow(`broker fenced by its controller ${fences} times during ${LOAD_MS / 1000} s of load`, a)}\n(20 fresh requests: ${answers.filter((r) => r.status === 202).length} answered 202 ${takingMs} ms after the load)`);
-    console.log(producerStateLines(svc.output));
-    // The scenario happened: the broker was fenced, several times, while the workers were polling it.
-    expect(fences).toBeGreaterThanOrEqual(2);
-    expect(answers.filter((r) => r.status !== 202), producerStateLines(svc.output)).toEqual([]);
-    expectEveryAcceptedPointOnce(a, 1_000);
-    expect(svc.output.filter((l) => l.includes('"to":"broker_unavailable"')), 'a worker lost its brokers').toEqual([]);
-    expect(await svc.stop()).toBe(0);
-  });
+      await untilJournalEmpty(svc, 'the journals to be produced whole');
+      const messages = await consumeAll(topic, { expected: load.accepted, brokers: FENCING, timeoutMs: 90_000, toEnd: true });
+      const a = load.account(messages);
+      console.log(
+        `${ACCOUNTING_HEADER}\n${accountingRow(`broker fenced by its controller ${fences} times during ${LOAD_MS / 1000} s of load`, a)}\n(20 fresh requests: ${answers.filter((r) => r.status === 202).length} answered 202 ${takingMs} ms after the load)`,
+      );
+      console.log(producerStateLines(svc.output));
+      // The scenario happened: the broker was fenced, several times, while the workers were polling it.
+      expect(fences).toBeGreaterThanOrEqual(2);
+      expect(
+        answers.filter((r) => r.status !== 202),
+        producerStateLines(svc.output),
+      ).toEqual([]);
+      expectEveryAcceptedPointOnce(a, 1_000);
+      expect(
+        svc.output.filter((l) => l.includes('"to":"broker_unavailable"')),
+        'a worker lost its brokers',
+      ).toEqual([]);
+      expect(await svc.stop()).toBe(0);
+    },
+  );
 });

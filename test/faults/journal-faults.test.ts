@@ -14,7 +14,10 @@ import { consumeAll, createTopic, uniqueTopic } from '../../support/kafka.js';
 import { journalDir, metric, startService, until, untilJournalEmpty, type Service } from '../helpers/service.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
-const kafka = (...args: string[]) => execFileSync(KAFKA_SH, args, { stdio: ['ignore', 'pipe', 'inherit'] }).toString().trim();
+const kafka = (...args: string[]) =>
+  execFileSync(KAFKA_SH, args, { stdio: ['ignore', 'pipe', 'inherit'] })
+    .toString()
+    .trim();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const walFiles = (dir: string) => readdirSync(dir).filter((n) => n.endsWith('.wal'));
 
@@ -95,12 +98,16 @@ describe('the journal under faults, on the local broker, 2 workers', () => {
     // A small queue, so that the frozen broker fills it within the grace period.
     const svc = await startService({ MQ_TOPIC: topic, WORKERS: '2', PRODUCER_QUEUE_MAX_POINTS: '20000', QUEUE_FULL_WAIT_MS: '0' });
     const load = new AccountedLoad(svc.url, { connections: 8, pointsPerRequest: 10, pauseMs: 0 });
-    let queuedAtKill = 0;
+    let queuedAtKill: number;
     try {
       load.start();
       await sleep(3_000);
       freeze();
-      await until('a worker refusing with its queue full', async () => ((await metric(svc.url, 'ingest_requests_rejected_total{reason="queue_full"}')) ?? 0) > 0, 10_000);
+      await until(
+        'a worker refusing with its queue full',
+        async () => ((await metric(svc.url, 'ingest_requests_rejected_total{reason="queue_full"}')) ?? 0) > 0,
+        10_000,
+      );
       queuedAtKill = (await metric(svc.url, 'ingest_journal_records')) ?? 0;
       const victim = busiest(svc);
       await killUnderLoad(victim);
@@ -114,41 +121,59 @@ describe('the journal under faults, on the local broker, 2 workers', () => {
     }
     await untilJournalEmpty(svc, 'the journal to be produced whole');
     const a = await readBack(topic, load);
-    report('broker frozen at 3 s, queue full, then the busiest worker killed; broker thawed 2 s later', a, `records in the journals at the kill: ${queuedAtKill}; ${await journalCounts(svc)}`);
+    report(
+      'broker frozen at 3 s, queue full, then the busiest worker killed; broker thawed 2 s later',
+      a,
+      `records in the journals at the kill: ${queuedAtKill}; ${await journalCounts(svc)}`,
+    );
     expectNothingLost(a, 5_000);
     expect(await svc.stop()).toBe(0);
   });
 
-  it('SIGTERM during an outage longer than SHUTDOWN_TIMEOUT_MS, then the broker back and the service started again: nothing lost', { timeout: 180_000 }, async () => {
-    const topic = await createTopic(uniqueTopic('journal-sigterm-outage'));
-    const dir = journalDir();
-    const env = { MQ_TOPIC: topic, WORKERS: '2', JOURNAL_DIR: dir, SHUTDOWN_TIMEOUT_MS: '3000', BROKER_DOWN_GRACE_MS: '60000' };
-    const first = await startService(env);
-    const load = new AccountedLoad(first.url, { connections: 1, pointsPerRequest: 100, pauseMs: 0 });
-    let code: number | null = null;
-    try {
-      freeze();
-      load.start();
-      await sleep(3_000);
-      code = await first.stop('SIGTERM');
-    } finally {
-      await load.stop();
-      thaw();
-    }
-    const heldAfterStop = walFiles(dir).length;
-    const second = await startService(env);
-    try {
-      await until('the journal to be produced whole', async () => walFiles(dir).length === 0, 60_000);
-      const a = await readBack(topic, load);
-      report(`broker frozen, 3 s of requests on one connection, SIGTERM (SHUTDOWN_TIMEOUT_MS=3000, exit ${code}), broker thawed, service started again`, a, `journal files left at the stop: ${heldAfterStop}; ${await journalCounts(second)}`);
-      // A status other than 0 comes with the stop's warnings and errors, to say which step failed.
-      expect(code, first.output.filter((l) => /"level":[456]0/.test(l)).slice(-20).join('\n')).toBe(0);
-      expect(first.output.some((l) => l.includes('they stay in the journal and are produced again at the next start'))).toBe(true);
-      expectNothingLost(a, 1_000);
-    } finally {
-      expect(await second.stop()).toBe(0);
-    }
-  });
+  it(
+    'SIGTERM during an outage longer than SHUTDOWN_TIMEOUT_MS, then the broker back and the service started again: nothing lost',
+    { timeout: 180_000 },
+    async () => {
+      const topic = await createTopic(uniqueTopic('journal-sigterm-outage'));
+      const dir = journalDir();
+      const env = { MQ_TOPIC: topic, WORKERS: '2', JOURNAL_DIR: dir, SHUTDOWN_TIMEOUT_MS: '3000', BROKER_DOWN_GRACE_MS: '60000' };
+      const first = await startService(env);
+      const load = new AccountedLoad(first.url, { connections: 1, pointsPerRequest: 100, pauseMs: 0 });
+      let code: number | null;
+      try {
+        freeze();
+        load.start();
+        await sleep(3_000);
+        code = await first.stop('SIGTERM');
+      } finally {
+        await load.stop();
+        thaw();
+      }
+      const heldAfterStop = walFiles(dir).length;
+      const second = await startService(env);
+      try {
+        await until('the journal to be produced whole', async () => walFiles(dir).length === 0, 60_000);
+        const a = await readBack(topic, load);
+        report(
+          `broker frozen, 3 s of requests on one connection, SIGTERM (SHUTDOWN_TIMEOUT_MS=3000, exit ${code}), broker thawed, service started again`,
+          a,
+          `journal files left at the stop: ${heldAfterStop}; ${await journalCounts(second)}`,
+        );
+        // A status other than 0 comes with the stop's warnings and errors, to say which step failed.
+        expect(
+          code,
+          first.output
+            .filter((l) => /"level":[456]0/.test(l))
+            .slice(-20)
+            .join('\n'),
+        ).toBe(0);
+        expect(first.output.some((l) => l.includes('they stay in the journal and are produced again at the next start'))).toBe(true);
+        expectNothingLost(a, 1_000);
+      } finally {
+        expect(await second.stop()).toBe(0);
+      }
+    },
+  );
 
   it('kill -9 of the whole service (primary and workers) under load, then started again: nothing lost', { timeout: 180_000 }, async () => {
     const topic = await createTopic(uniqueTopic('journal-kill-service'));
@@ -156,7 +181,7 @@ describe('the journal under faults, on the local broker, 2 workers', () => {
     const env = { MQ_TOPIC: topic, WORKERS: '2', JOURNAL_DIR: dir };
     const first = await startService(env, { ownProcessGroup: true });
     const load = new AccountedLoad(first.url, { connections: 8, pointsPerRequest: 10 });
-    let killed = 0;
+    let killed: number;
     try {
       load.start();
       await sleep(7_000);
@@ -173,7 +198,11 @@ describe('the journal under faults, on the local broker, 2 workers', () => {
     try {
       await untilJournalEmpty(second, 'the journal to be produced whole');
       const a = await readBack(topic, load);
-      report('kill -9 of the whole service (its process group) at 8 s of load, service started again', a, `${killed} processes killed; journal files left: ${heldAfterKill}; ${await journalCounts(second)}`);
+      report(
+        'kill -9 of the whole service (its process group) at 8 s of load, service started again',
+        a,
+        `${killed} processes killed; journal files left: ${heldAfterKill}; ${await journalCounts(second)}`,
+      );
       expectNothingLost(a, 10_000);
     } finally {
       expect(await second.stop()).toBe(0);

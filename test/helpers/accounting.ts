@@ -204,7 +204,8 @@ export function accountingRow(scenario: string, a: Accounting): string {
   return `| ${scenario} | ${a.sent} | ${a.accepted} | ${a.rejected} | ${a.found} | ${a.lost} | ${a.duplicated} | ${a.reordered} | ${statuses} |`;
 }
 
-export const ACCOUNTING_HEADER = '| scenario | points sent | accepted (202) | refused (500) | found in Kafka | lost | duplicated | requests out of order | requests by answer |\n|---|---|---|---|---|---|---|---|---|';
+export const ACCOUNTING_HEADER =
+  '| scenario | points sent | accepted (202) | refused (500) | found in Kafka | lost | duplicated | requests out of order | requests by answer |\n|---|---|---|---|---|---|---|---|---|';
 
 /** The promise of every fault test: each accepted point in Kafka once, in order, and no request left hanging. */
 export function expectEveryAcceptedPointOnce(a: Accounting, minAccepted: number): void {

@@ -67,9 +67,7 @@ export function seeded(seed: number): () => number {
 }
 
 type FileChange =
-  | { kind: 'write'; at: number; bytes: Buffer; n: number }
-  | { kind: 'truncate'; size: number; n: number }
-  | { kind: 'allocate'; size: number; n: number };
+  { kind: 'write'; at: number; bytes: Buffer; n: number } | { kind: 'truncate'; size: number; n: number } | { kind: 'allocate'; size: number; n: number };
 
 /** What became of a change not yet durable: still in the page cache, or in limbo after a failed sync (see above). */
 type Fate = 'pending' | 'limbo' | 'settled';

@@ -17,7 +17,9 @@ export interface EosTopics {
 /** A fresh points topic (6 partitions) and its positions topic (1, compacted), on the single broker or, with `cluster`, the 3-broker one (RF 3, min ISR 2). */
 export async function eosTopics(name: string, cluster?: string): Promise<EosTopics> {
   const topic =
-    cluster === undefined ? await createTopic(uniqueTopic(name)) : await createTopic(uniqueTopic(name), 6, 3, { brokers: cluster, config: { 'min.insync.replicas': '2' } });
+    cluster === undefined
+      ? await createTopic(uniqueTopic(name))
+      : await createTopic(uniqueTopic(name), 6, 3, { brokers: cluster, config: { 'min.insync.replicas': '2' } });
   execFileSync(KAFKA_SH, ['topic', `${topic}.positions`, '1', 'cleanup.policy=compact', ...(cluster === undefined ? [] : ['--cluster'])], { stdio: 'ignore' });
   return { MQ_TOPIC: topic, MQ_POSITIONS_TOPIC: `${topic}.positions` };
 }

@@ -77,7 +77,13 @@ class RecoveryFailed extends Error {}
 /** A request of `n` points whose keys name record `id` (`r<id>-<i>`), as the producer hands it over. */
 function batchFor(id: number, points: number, random: () => number): JournalBatch {
   const e = encodePoints(
-    Array.from({ length: points }, (_, i) => ({ container_id: `r${id}-${i}`, lat: Math.round(random() * 180 - 90), lon: i % 180, timestamp: '2024-05-01T12:00:00Z', speed: i })),
+    Array.from({ length: points }, (_, i) => ({
+      container_id: `r${id}-${i}`,
+      lat: Math.round(random() * 180 - 90),
+      lon: i % 180,
+      timestamp: '2024-05-01T12:00:00Z',
+      speed: i,
+    })),
   );
   return { count: e.count, data: Buffer.from(e.data), messages: e.messages.slice() };
 }
@@ -93,8 +99,12 @@ function sameRecord(a: JournalRecord, b: Written): boolean {
   return (
     a.count === b.batch.count &&
     a.timestamp === b.timestamp &&
-    Buffer.from(a.data.buffer, a.data.byteOffset, a.data.byteLength).equals(Buffer.from(b.batch.data.buffer, b.batch.data.byteOffset, b.batch.data.byteLength)) &&
-    Buffer.from(a.messages.buffer, a.messages.byteOffset, 16 * a.count).equals(Buffer.from(b.batch.messages.buffer, b.batch.messages.byteOffset, 16 * b.batch.count))
+    Buffer.from(a.data.buffer, a.data.byteOffset, a.data.byteLength).equals(
+      Buffer.from(b.batch.data.buffer, b.batch.data.byteOffset, b.batch.data.byteLength),
+    ) &&
+    Buffer.from(a.messages.buffer, a.messages.byteOffset, 16 * a.count).equals(
+      Buffer.from(b.batch.messages.buffer, b.batch.messages.byteOffset, 16 * b.batch.count),
+    )
   );
 }
 
@@ -140,7 +150,11 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
    * Recovers a journal from `files`; checks what it gives back. `mayLose`: process mode after a power
    * cut, where a 202 promised nothing of the disk (counted instead).
    */
-  const recover = (files: CrashableFiles, where: string, mayLose = false): { ids: number[]; journal: JournalType; claim: SlotClaim; records: { id: number; inFlightId: number }[] } => {
+  const recover = (
+    files: CrashableFiles,
+    where: string,
+    mayLose = false,
+  ): { ids: number[]; journal: JournalType; claim: SlotClaim; records: { id: number; inFlightId: number }[] } => {
     recoveries++;
     let journal: JournalType;
     let claim: SlotClaim;
@@ -158,16 +172,24 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
     for (const { record, inFlight: f } of got) {
       const id = idOf(record);
       const original = id === null ? undefined : written.get(id);
-      if (id === null || original === undefined) throw new Violation(`${where}: recovery gave back a record that was never written (first key ${messagesOf({ ...record, count: Math.min(1, record.count) }).keys[0]})`);
-      if (!sameRecord(record, original)) throw new Violation(`${where}: record r${id} came back changed (${record.count} points, timestamp ${record.timestamp}; written: ${original.batch.count}, ${original.timestamp})`);
-      if (ids.length > 0 && id <= ids[ids.length - 1]!) throw new Violation(`${where}: record r${id} came back after r${ids[ids.length - 1]} (out of order, or twice)`);
+      if (id === null || original === undefined)
+        throw new Violation(
+          `${where}: recovery gave back a record that was never written (first key ${messagesOf({ ...record, count: Math.min(1, record.count) }).keys[0]})`,
+        );
+      if (!sameRecord(record, original))
+        throw new Violation(
+          `${where}: record r${id} came back changed (${record.count} points, timestamp ${record.timestamp}; written: ${original.batch.count}, ${original.timestamp})`,
+        );
+      if (ids.length > 0 && id <= ids[ids.length - 1]!)
+        throw new Violation(`${where}: record r${id} came back after r${ids[ids.length - 1]} (out of order, or twice)`);
       ids.push(id);
       records.push({ id, inFlightId: f.id });
     }
     const back = new Set(ids);
     const lost = [...promised].filter((id) => !done.has(id) && !back.has(id));
     if (mayLose) lostToPowerCuts = Math.max(lostToPowerCuts, lost.length);
-    else if (lost.length > 0) throw new Violation(`${where}: ${lost.length} record(s) answered 202 and not acknowledged by Kafka did not come back: r${lost.slice(0, 10).join(', r')}`);
+    else if (lost.length > 0)
+      throw new Violation(`${where}: ${lost.length} record(s) answered 202 and not acknowledged by Kafka did not come back: r${lost.slice(0, 10).join(', r')}`);
     return { ids, journal: journal!, claim: claim!, records };
   };
 
@@ -205,7 +227,13 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
     const items = [...scanSegment(bytes, seq)];
     for (const [i, item] of items.entries()) {
       // Alone: no damage beside it in the image already (a damaged header there could hide how many records a gap took).
-      if (item.kind === 'record') chain.push({ at: item.at, bytes: recordBytes(item.record), id: idOf(item.record), alone: items[i - 1]?.kind !== 'damaged' && items[i + 1]?.kind !== 'damaged' });
+      if (item.kind === 'record')
+        chain.push({
+          at: item.at,
+          bytes: recordBytes(item.record),
+          id: idOf(item.record),
+          alone: items[i - 1]?.kind !== 'damaged' && items[i + 1]?.kind !== 'damaged',
+        });
     }
     if (chain.length === 0) return;
     const torn = random() < 0.3;
@@ -234,8 +262,11 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
       // is one at least. A torn end cuts off what came after the record, damage included.
       const counted = after.journal.damagedRecords;
       if (torn || !victim.alone ? counted < 1 : counted !== undamaged.damagedRecords + 1) {
-        const items = (b: Buffer) => [...scanSegment(b, seq)].map((x) => (x.kind === 'record' ? `r${x.index}@${x.at}` : `damaged ${x.records}@${x.at}`)).join(' ');
-        throw new Violation(`${what}: ${counted} damaged records counted, ${undamaged.damagedRecords} without the damage: the damaged record was not counted, or not as one (the segment read ${items(bytes)}; damaged at ${flippedAt} of ${damaged.byteLength} bytes, ${items(damaged)}; header ${damaged.subarray(victim.at, victim.at + 40).toString('hex')})`);
+        const items = (b: Buffer) =>
+          [...scanSegment(b, seq)].map((x) => (x.kind === 'record' ? `r${x.index}@${x.at}` : `damaged ${x.records}@${x.at}`)).join(' ');
+        throw new Violation(
+          `${what}: ${counted} damaged records counted, ${undamaged.damagedRecords} without the damage: the damaged record was not counted, or not as one (the segment read ${items(bytes)}; damaged at ${flippedAt} of ${damaged.byteLength} bytes, ${items(damaged)}; header ${damaged.subarray(victim.at, victim.at + 40).toString('hex')})`,
+        );
       }
       if (victim.id !== null && after.ids.includes(victim.id)) throw new Violation(`${what}: the damaged record came back`);
       const missing = before.filter((id) => id !== victim.id && !after.ids.includes(id));
@@ -273,7 +304,13 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
       const where = `seed ${seed}, power cut after ${lastStep}, draw ${draw} (${kind}; POWER_CUT_SEED=${seed} replays it)`;
       const mayLose = sync === 'process' && kind !== 'everything';
       const { ids } = recover(image, where, mayLose);
-      if (pristine !== null) damage(pristine, ids.filter((id) => !done.has(id) && promised.has(id)), where, mayLose);
+      if (pristine !== null)
+        damage(
+          pristine,
+          ids.filter((id) => !done.has(id) && promised.has(id)),
+          where,
+          mayLose,
+        );
     }
   };
 
@@ -413,7 +450,13 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
         // What survived (process mode may lose records; disk mode loses none, checked here): from
         // now on only that is expected back, at the cut points of the recovery itself too.
         const where = `seed ${seed}, restarted after a power cut at ${lastStep}`;
-        const survived = new Set(recover(image.cut(() => 0, 'everything'), where, sync === 'process').ids);
+        const survived = new Set(
+          recover(
+            image.cut(() => 0, 'everything'),
+            where,
+            sync === 'process',
+          ).ids,
+        );
         for (const id of promised) if (!survived.has(id)) promised.delete(id);
         for (const [syscall, n] of Object.entries(files.failed)) faultCounts[syscall] = (faultCounts[syscall] ?? 0) + n;
         files = image;

@@ -11,20 +11,26 @@ export function cpuTicks(pid: number): number {
 
 /** The serving workers (not the standby): each names its slot in its process title. */
 export function workerPids(svc: Service): number[] {
-  return servicePids(svc).slice(1).filter((pid) => {
-    try {
-      return readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith('track-ingest worker');
-    } catch {
-      return false;
-    }
-  });
+  return servicePids(svc)
+    .slice(1)
+    .filter((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith('track-ingest worker');
+      } catch {
+        return false;
+      }
+    });
 }
 
 /** Every process of the service: the primary first, then its workers and its standby (its children). */
 export function servicePids(svc: Service): number[] {
   let children: number[] = [];
   try {
-    children = execFileSync('pgrep', ['-P', String(svc.proc.pid)]).toString().trim().split('\n').map(Number);
+    children = execFileSync('pgrep', ['-P', String(svc.proc.pid)])
+      .toString()
+      .trim()
+      .split('\n')
+      .map(Number);
   } catch {
     /* no children: pgrep exits 1 */
   }

@@ -36,7 +36,7 @@ export function parseAnswer(text: string): { status: number; headers: string; bo
   const split = text.indexOf('\r\n\r\n');
   const headers = split < 0 ? text : text.slice(0, split);
   const rest = split < 0 ? '' : text.slice(split + 4);
-  let body: unknown = null;
+  let body: unknown;
   try {
     body = JSON.parse(rest);
   } catch {

@@ -38,7 +38,6 @@ export async function stopLeftoverServices(): Promise<void> {
   );
 }
 
-
 /** A fresh, empty journal directory. */
 export function journalDir(): string {
   return mkdtempSync(join(tmpdir(), 'ingest-journal-'));
@@ -80,10 +79,12 @@ export async function startService(env: Record<string, string>, opts: StartOptio
   const output: string[] = [];
   collectLines(proc.stdout!, output);
   collectLines(proc.stderr!, output);
-  const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => {
-    running.delete(proc);
-    resolve(code);
-  }));
+  const exited = new Promise<number | null>((resolve) =>
+    proc.once('exit', (code) => {
+      running.delete(proc);
+      resolve(code);
+    }),
+  );
   const drained = new Promise<void>((resolve) => proc.once('close', () => resolve()));
   const url = `http://127.0.0.1:${port}`;
   const service: Service = {
@@ -204,9 +205,13 @@ export async function untilJournalEmpty(svc: Service, what: string, timeoutMs = 
     return await until(what, async () => (await metric(svc.url, 'ingest_journal_records')) === 0, timeoutMs);
   } catch (err) {
     // The service may be gone (a crash): what it wrote still says why.
-    const text = await fetch(`${svc.url}/metrics`).then((r) => r.text()).catch(() => '(no answer from /metrics)');
+    const text = await fetch(`${svc.url}/metrics`)
+      .then((r) => r.text())
+      .catch(() => '(no answer from /metrics)');
     const held = text.split('\n').filter((l) => /^ingest_(journal_records|journal_bytes|producer_queue_points|transactions_total)\b/.test(l));
-    throw new Error(`${(err as Error).message}\n${held.join('\n')}\nthe service's warnings and errors:\n${warningsOf(svc.output)}`);
+    // No such line: /metrics did not answer with them (a worker that does not answer the primary); say what it did answer.
+    if (held.length === 0) held.push(`/metrics answered: ${text.slice(0, 300)}`);
+    throw new Error(`${(err as Error).message}\n${held.join('\n')}\nthe service's warnings and errors:\n${warningsOf(svc.output)}`, { cause: err });
   }
 }
 

@@ -17,6 +17,7 @@ import { journalIdentity } from '../../src/journal/journal-id.js';
 import type { Journal } from '../../src/journal/journal.js';
 import { readPositions } from '../../src/kafka/positions.js';
 import { KafkaProducer, type ProducedBatch } from '../../src/kafka/producer.js';
+import type { KafkaTransactions } from '../../src/kafka/transactional-producer.js';
 import { producerSettings } from '../../src/kafka/settings.js';
 import { createWorkerMetrics, type WorkerMetrics } from '../../src/metrics/metrics.js';
 import { encodePoints } from '../../src/track-point/encode.js';
@@ -26,6 +27,8 @@ import { openJournal } from '../helpers/journal.js';
 import { startService, until } from '../helpers/service.js';
 
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
+/** A producer here reports to nobody: the transactions under test read it directly. */
+const noEvents = { onFailed: () => undefined, onAccepting: () => undefined, onFatal: () => undefined };
 const quiet = pino({ level: 'silent' }, new Writable({ write: (_c, _e, done) => done() }));
 const dir = mkdtempSync(join(tmpdir(), 'eos-positions-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -41,7 +44,15 @@ async function exactlyOnceTopic(name: string, more: Record<string, string> = {})
   const topic = await createTopic(uniqueTopic(name));
   const positionsTopic = `${topic}.positions`;
   execFileSync(KAFKA_SH, ['topic', positionsTopic, '1', 'cleanup.policy=compact'], { stdio: 'ignore' });
-  const config = loadConfig({ MQ_BROKERS: BROKERS, MQ_TOPIC: topic, JOURNAL_DIR: dir, DELIVERY: 'exactly-once', INSTANCE_ID: `unit-${topic.slice(-8)}`, MQ_POSITIONS_TOPIC: positionsTopic, ...more });
+  const config = loadConfig({
+    MQ_BROKERS: BROKERS,
+    MQ_TOPIC: topic,
+    JOURNAL_DIR: dir,
+    DELIVERY: 'exactly-once',
+    INSTANCE_ID: `unit-${topic.slice(-8)}`,
+    MQ_POSITIONS_TOPIC: positionsTopic,
+    ...more,
+  });
   return { topic, config };
 }
 
@@ -70,24 +81,25 @@ function slotTransactions(config: Config, journal: Journal, producer: Transactio
 async function holder(config: Config, metrics: WorkerMetrics, crashAfterCommit: boolean, fault: FirstTransactionFault = null) {
   const exactlyOnce = config.exactlyOnce!;
   const { journal } = openJournal({ dir, maxBytes: config.journalMaxBytes, sync: 'process' });
-  const producer = new KafkaProducer(config, quiet, metrics, producerSettings(config, 'eos-positions', transactionalId(exactlyOnce, 0)));
+  const producer = new KafkaProducer(config, quiet, metrics, producerSettings(config, 'eos-positions', transactionalId(exactlyOnce, 0)), noEvents);
   producer.start();
   expect(await producer.whenAccepting(20_000)).toBe(true);
+  const calls = producer.transactions!;
   let commits = 0;
   let positions = 0;
   // The process "dies" the moment its first commit returned: nothing after it runs.
-  const transactional: TransactionalProducer = Object.assign(Object.create(producer) as KafkaProducer, {
+  const transactional: TransactionalProducer = Object.assign(Object.create(calls) as KafkaTransactions, {
     // As librdkafka's produce answers when its queue is full: taken, none.
-    produceTo: (topic: string, batch: ProducedBatch) => (fault === 'position refused' && positions++ === 0 ? false : producer.produceTo(topic, batch)),
+    produceTo: (topic: string, batch: ProducedBatch) => (fault === 'position refused' && positions++ === 0 ? false : calls.produceTo(topic, batch)),
     commitTransaction: async (timeoutMs: number) => {
       if (fault === 'commit requires an abort' && commits === 0) {
         commits++;
         // What librdkafka answers when the transaction must be aborted (a message that failed in it).
         throw Object.assign(new Error('injected: the transaction requires an abort'), { isTxnRequiresAbort: true });
       }
-      await producer.commitTransaction(timeoutMs);
+      await calls.commitTransaction(timeoutMs);
       commits++;
-      if (crashAfterCommit) await new Promise(() => {});
+      if (crashAfterCommit) await new Promise(() => undefined);
     },
   });
   const transactions = slotTransactions(config, journal, transactional, metrics);
@@ -122,7 +134,11 @@ describe('DELIVERY=exactly-once: a crash between the commit and the journal mark
 
     const messages = await consumeAll(topic, { expected: 70, timeoutMs: 30_000, idleMs: 2_000, isolation: 'read_committed' });
     const keys = messages.map((m) => m.key).sort();
-    expect(keys).toEqual(Array.from({ length: 7 }, (_, r) => Array.from({ length: 10 }, (_, i) => `r${r}-p${i}`)).flat().sort());
+    expect(keys).toEqual(
+      Array.from({ length: 7 }, (_, r) => Array.from({ length: 10 }, (_, i) => `r${r}-p${i}`))
+        .flat()
+        .sort(),
+    );
     await Promise.all([first.producer.disconnect(2_000), second.producer.disconnect(2_000)]);
   });
 
@@ -133,53 +149,77 @@ describe('DELIVERY=exactly-once: a crash between the commit and the journal mark
     expect(svc.output.join('\n')).toContain(`the positions topic ${topic}.missing (MQ_POSITIONS_TOPIC) does not exist`);
   });
 
-  it.each(['commit requires an abort', 'position refused'] as const)('%s: the transaction is aborted and its records, read back from the journal, committed in the next one, each point once', { timeout: 120_000 }, async (fault) => {
-    const { topic, config } = await exactlyOnceTopic('eos-abort', { TRANSACTION_COMMIT_INTERVAL_MS: '200' });
-    const metrics = createWorkerMetrics('abort');
-    const h = await holder(config, metrics, false, fault);
-    for (let r = 0; r < 5; r++) accept(h.journal, h.transactions, r);
-    await until('the journal committed whole', async () => h.journal.records === 0, 30_000);
-    h.stop();
-    const outcome = async (o: string) => (await metrics.transactions.get()).values.find((v) => v.labels.outcome === o)?.value ?? 0;
-    expect([await outcome('aborted'), await outcome('committed')]).toEqual([1, 1]);
-    // The commit's duration is observed for the committed transaction only.
-    const commits = (await metrics.transactionCommit.get()).values.find((v) => v.metricName === 'ingest_transaction_commit_seconds_count')?.value;
-    expect(commits).toBe(1);
-    const keys = (isolation: 'read_committed' | 'read_uncommitted') => consumeAll(topic, { expected: isolation === 'read_committed' ? 50 : 100, timeoutMs: 30_000, idleMs: 2_000, isolation }).then((m) => m.map((x) => x.key).sort());
-    const all = Array.from({ length: 5 }, (_, r) => Array.from({ length: 10 }, (_, i) => `r${r}-p${i}`)).flat().sort();
-    expect(await keys('read_committed')).toEqual(all);
-    // The aborted transaction's copies are in the log: a read_uncommitted reader sees each point twice.
-    expect(await keys('read_uncommitted')).toEqual([...all, ...all].sort());
-    await h.producer.disconnect(2_000);
-  });
+  it.each(['commit requires an abort', 'position refused'] as const)(
+    '%s: the transaction is aborted and its records, read back from the journal, committed in the next one, each point once',
+    { timeout: 120_000 },
+    async (fault) => {
+      const { topic, config } = await exactlyOnceTopic('eos-abort', { TRANSACTION_COMMIT_INTERVAL_MS: '200' });
+      const metrics = createWorkerMetrics('abort');
+      const h = await holder(config, metrics, false, fault);
+      for (let r = 0; r < 5; r++) accept(h.journal, h.transactions, r);
+      await until('the journal committed whole', async () => h.journal.records === 0, 30_000);
+      h.stop();
+      const outcome = async (o: string) => (await metrics.transactions.get()).values.find((v) => v.labels.outcome === o)?.value ?? 0;
+      expect([await outcome('aborted'), await outcome('committed')]).toEqual([1, 1]);
+      // The commit's duration is observed for the committed transaction only.
+      const commits = (await metrics.transactionCommit.get()).values.find((v) => v.metricName === 'ingest_transaction_commit_seconds_count')?.value;
+      expect(commits).toBe(1);
+      const keys = (isolation: 'read_committed' | 'read_uncommitted') =>
+        consumeAll(topic, { expected: isolation === 'read_committed' ? 50 : 100, timeoutMs: 30_000, idleMs: 2_000, isolation }).then((m) =>
+          m.map((x) => x.key).sort(),
+        );
+      const all = Array.from({ length: 5 }, (_, r) => Array.from({ length: 10 }, (_, i) => `r${r}-p${i}`))
+        .flat()
+        .sort();
+      expect(await keys('read_committed')).toEqual(all);
+      // The aborted transaction's copies are in the log: a read_uncommitted reader sees each point twice.
+      expect(await keys('read_uncommitted')).toEqual([...all, ...all].sort());
+      await h.producer.disconnect(2_000);
+    },
+  );
 
   // A worker stopped as it starts: its drain found no transaction and disconnected the producer while
   // initTransactions waited on a thread of libuv's pool. Destroying the client under that call made
   // it time out, then abort the process in librdkafka (a CI run of the 4-worker start test: SIGABRT,
   // "rd_kafka_txn_curr_api_return0: Assertion ... failed").
-  it('a shutdown while initTransactions is under way: the disconnect waits for it, which succeeds; the start returns with the slot not ready', { timeout: 60_000 }, async () => {
-    const { config } = await exactlyOnceTopic('eos-stop-at-start');
-    const exactlyOnce = config.exactlyOnce!;
-    const { journal } = openJournal({ dir, maxBytes: config.journalMaxBytes, sync: 'process' });
-    const producer = new KafkaProducer(config, quiet, createWorkerMetrics('stop-at-start'), producerSettings(config, 'eos-stop-at-start', transactionalId(exactlyOnce, 0)));
-    producer.start();
-    expect(await producer.whenAccepting(20_000)).toBe(true);
-    const inits: string[] = [];
-    const watched: TransactionalProducer = Object.assign(Object.create(producer) as KafkaProducer, {
-      initTransactions: (timeoutMs: number) => producer.initTransactions(timeoutMs).then(() => void inits.push('ok'), (err: Error) => {
-        inits.push(err.message);
-        throw err;
-      }),
-    });
-    const transactions = slotTransactions(config, journal, watched, createWorkerMetrics('stop-at-start'));
-    const started = transactions.start([0], readCommittedPositions(config));
-    // The worker's shutdown, as it runs when the signal comes during the start.
-    expect(await transactions.drain(Date.now() + 10_000)).toBe(0);
-    await producer.disconnect(10_000);
-    await started;
-    expect(inits).toEqual(['ok']);
-    expect(transactions.ready).toBe(false);
-  });
+  it(
+    'a shutdown while initTransactions is under way: the disconnect waits for it, which succeeds; the start returns with the slot not ready',
+    { timeout: 60_000 },
+    async () => {
+      const { config } = await exactlyOnceTopic('eos-stop-at-start');
+      const exactlyOnce = config.exactlyOnce!;
+      const { journal } = openJournal({ dir, maxBytes: config.journalMaxBytes, sync: 'process' });
+      const producer = new KafkaProducer(
+        config,
+        quiet,
+        createWorkerMetrics('stop-at-start'),
+        producerSettings(config, 'eos-stop-at-start', transactionalId(exactlyOnce, 0)),
+        noEvents,
+      );
+      producer.start();
+      expect(await producer.whenAccepting(20_000)).toBe(true);
+      const calls = producer.transactions!;
+      const inits: string[] = [];
+      const watched: TransactionalProducer = Object.assign(Object.create(calls) as KafkaTransactions, {
+        initTransactions: (timeoutMs: number) =>
+          calls.initTransactions(timeoutMs).then(
+            () => void inits.push('ok'),
+            (err: Error) => {
+              inits.push(err.message);
+              throw err;
+            },
+          ),
+      });
+      const transactions = slotTransactions(config, journal, watched, createWorkerMetrics('stop-at-start'));
+      const started = transactions.start([0], readCommittedPositions(config));
+      // The worker's shutdown, as it runs when the signal comes during the start.
+      expect(await transactions.drain(Date.now() + 10_000)).toBe(0);
+      await producer.disconnect(10_000);
+      await started;
+      expect(inits).toEqual(['ok']);
+      expect(transactions.ready).toBe(false);
+    },
+  );
 
   // A graceful stop commits what is open and marks its records done before the journal closes: a
   // restart then finds nothing to recover (records left would be skipped by the position, but read

@@ -47,7 +47,11 @@ describe('HAProxy in front of the service', () => {
     try {
       await new Promise((r) => setTimeout(r, CHECK_VERDICT_MS));
       const res = await fetch(`${front.url}/track`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '[]' });
-      expect([res.status, res.headers.get('retry-after'), await res.json()]).toEqual([503, '1', { error: 'service_unavailable', message: 'no ready ingestion service; retry' }]);
+      expect([res.status, res.headers.get('retry-after'), await res.json()]).toEqual([
+        503,
+        '1',
+        { error: 'service_unavailable', message: 'no ready ingestion service; retry' },
+      ]);
       expect(front.output.join('\n')).toMatch(/Layer7 wrong status.*code: 503/);
     } finally {
       await front.stop();

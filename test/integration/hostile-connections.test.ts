@@ -49,7 +49,7 @@ describe('hostile connections', () => {
     const t0 = Date.now();
     for (let i = 0; i < 1000; i++) {
       const s = connect(svc.port, '127.0.0.1');
-      s.on('error', () => {});
+      s.on('error', () => undefined);
       s.on('data', (d) => {
         if (/^HTTP\/1\.1 2/.test(d.toString())) answeredWith2xx++;
       });
@@ -109,7 +109,9 @@ describe('hostile connections', () => {
     await Promise.all(Array.from({ length: 50 }, () => churn(100)));
     const served = await others;
     clearInterval(sampler);
-    console.log(`churn: 5000 connections dropped mid-request; ${served.statuses.length} normal requests meanwhile, slowest ${served.slowestMs.toFixed(0)} ms; worker RSS ${rssBefore.toFixed(0)} → peak ${peak.toFixed(0)} MiB`);
+    console.log(
+      `churn: 5000 connections dropped mid-request; ${served.statuses.length} normal requests meanwhile, slowest ${served.slowestMs.toFixed(0)} ms; worker RSS ${rssBefore.toFixed(0)} → peak ${peak.toFixed(0)} MiB`,
+    );
     expect(served.statuses.every((s) => s === 202)).toBe(true);
     expect(peak - rssBefore).toBeLessThan(100);
     expect((await postTrack(svc.url, [point('HOSTILE-AFTER')])).status).toBe(202);

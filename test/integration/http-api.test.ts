@@ -70,7 +70,10 @@ describe('POST /track', () => {
   });
 
   it('413 for more than MAX_POINTS points', async () => {
-    const r = await postTrack(svc.url, Array.from({ length: MAX_POINTS + 1 }, (_, i) => point(`c${i}`)));
+    const r = await postTrack(
+      svc.url,
+      Array.from({ length: MAX_POINTS + 1 }, (_, i) => point(`c${i}`)),
+    );
     expect([r.status, r.json.error]).toEqual([413, 'payload_too_large']);
     expect(String(r.json.message)).toContain('MAX_POINTS');
   });

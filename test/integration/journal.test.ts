@@ -49,7 +49,9 @@ describe('what an earlier process left in the journal', () => {
       const ms = await until('the journal to be empty', async () => walFiles(dir).length === 0 && (await metric(svc.url, 'ingest_journal_records')) === 0);
       const messages = await consumeAll(topic, { expected: written.length, timeoutMs: 30_000 });
       const replayed = await metric(svc.url, 'ingest_journal_replayed_points_total{cause="restart"}');
-      console.log(`journal at start: ${written.length + doneBefore} records in 2 files, ${doneBefore} marked done → ${messages.length} messages in Kafka, replayed ${replayed}, journal empty after ${ms} ms`);
+      console.log(
+        `journal at start: ${written.length + doneBefore} records in 2 files, ${doneBefore} marked done → ${messages.length} messages in Kafka, replayed ${replayed}, journal empty after ${ms} ms`,
+      );
       expect(messages.map((m) => m.value).sort()).toEqual([...written].sort());
       expect(replayed).toBe(written.length);
       expect(await metric(svc.url, 'ingest_journal_possible_duplicates_total')).toBe(written.length);
@@ -92,7 +94,10 @@ describe('what an earlier process left in the journal', () => {
       expect(keys).toEqual(['TORN-a', 'TORN-c']);
       expect(await metric(svc.url, 'ingest_journal_damaged_records_total')).toBe(2);
       const logged = svc.output.filter((l) => l.includes('journal file damaged')).map((l) => JSON.parse(l) as { file: string; at: number });
-      expect(logged.map((l) => [l.file, l.at])).toEqual([[file, one], [file, 3 * one]]);
+      expect(logged.map((l) => [l.file, l.at])).toEqual([
+        [file, one],
+        [file, 3 * one],
+      ]);
       expect((await postTrack(svc.url, [point('after-damage')])).status).toBe(202);
     } finally {
       expect(await svc.stop()).toBe(0);
@@ -103,7 +108,9 @@ describe('what an earlier process left in the journal', () => {
   it('refuses to start when JOURNAL_DIR cannot be created, naming it (exit 2)', async () => {
     const file = join(journalDir(), 'a-file');
     writeFileSync(file, 'not a directory');
-    await expect(startService({ MQ_TOPIC: topic, JOURNAL_DIR: join(file, 'journal') })).rejects.toThrow(/exited with 2[\s\S]*configuration error: JOURNAL_DIR: cannot use the journal directory .*a-file\/journal/);
+    await expect(startService({ MQ_TOPIC: topic, JOURNAL_DIR: join(file, 'journal') })).rejects.toThrow(
+      /exited with 2[\s\S]*configuration error: JOURNAL_DIR: cannot use the journal directory .*a-file\/journal/,
+    );
   });
 });
 
@@ -121,7 +128,11 @@ describe('points that fail after their 202', () => {
     await load.stop();
     const accepted = load.accepted;
     // Retried at least once each (the back-off starts at 1 s), refused again each time.
-    await until('every accepted point retried', async () => ((await metric(first.url, 'ingest_journal_replayed_points_total{cause="retry"}')) ?? 0) >= accepted, 60_000);
+    await until(
+      'every accepted point retried',
+      async () => ((await metric(first.url, 'ingest_journal_replayed_points_total{cause="retry"}')) ?? 0) >= accepted,
+      60_000,
+    );
     expect(await metric(first.url, 'ingest_journal_records')).toBeGreaterThan(0);
     expect((await fetch(`${first.url}/readyz`)).status).toBe(200); // far from full: still ready
     expect(await first.stop()).toBe(0);
@@ -163,7 +174,9 @@ describe('a full journal', () => {
       }
       const ready = await fetch(`${svc.url}/readyz`);
       const readyBody = (await ready.json()) as { reason?: string };
-      console.log(`journal full after ${accepted} accepted points: POST → ${answer.status} ${JSON.stringify(answer.json)}; readyz → ${ready.status} ${JSON.stringify(readyBody)}`);
+      console.log(
+        `journal full after ${accepted} accepted points: POST → ${answer.status} ${JSON.stringify(answer.json)}; readyz → ${ready.status} ${JSON.stringify(readyBody)}`,
+      );
       expect(accepted).toBeGreaterThan(3_000);
       expect([answer.status, answer.json.error, answer.headers.get('retry-after')]).toEqual([500, 'journal_full', '1']);
       expect(ready.status).toBe(503);
@@ -181,42 +194,51 @@ describe('a full journal', () => {
   });
 
   // A real full disk: a tmpfs of 256 KiB mounted for the test (root only; CI runs as root).
-  it.skipIf(process.getuid?.() !== 0)('on a full disk refuses with 500 journal_full before anything is taken, and says why in /readyz and the log', { timeout: 60_000 }, async () => {
-    const mount = mkdtempSync(join(tmpdir(), 'journal-tmpfs-'));
-    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=256k', 'tmpfs', mount]);
-    const diskTopic = await createTopic(uniqueTopic('journal-disk-full'));
-    const svc = await startService({ MQ_TOPIC: diskTopic, JOURNAL_DIR: mount });
-    try {
-      // Frozen, Kafka acknowledges nothing: the records stay, and the disk fills.
-      execFileSync(KAFKA_SH, ['freeze-node', 'single'], { stdio: 'ignore' });
-      const statuses: number[] = [];
-      let refused: Awaited<ReturnType<typeof postTrack>> | null = null;
-      for (let i = 0; i < 200 && refused === null; i++) {
-        const r = await postTrack(svc.url, Array.from({ length: 20 }, (_, k) => point(`DISK-${i}`, { speed: k })));
-        statuses.push(r.status);
-        if (r.status !== 202) refused = r;
+  it.skipIf(process.getuid?.() !== 0)(
+    'on a full disk refuses with 500 journal_full before anything is taken, and says why in /readyz and the log',
+    { timeout: 60_000 },
+    async () => {
+      const mount = mkdtempSync(join(tmpdir(), 'journal-tmpfs-'));
+      execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=256k', 'tmpfs', mount]);
+      const diskTopic = await createTopic(uniqueTopic('journal-disk-full'));
+      const svc = await startService({ MQ_TOPIC: diskTopic, JOURNAL_DIR: mount });
+      try {
+        // Frozen, Kafka acknowledges nothing: the records stay, and the disk fills.
+        execFileSync(KAFKA_SH, ['freeze-node', 'single'], { stdio: 'ignore' });
+        const statuses: number[] = [];
+        let refused: Awaited<ReturnType<typeof postTrack>> | null = null;
+        for (let i = 0; i < 200 && refused === null; i++) {
+          const r = await postTrack(
+            svc.url,
+            Array.from({ length: 20 }, (_, k) => point(`DISK-${i}`, { speed: k })),
+          );
+          statuses.push(r.status);
+          if (r.status !== 202) refused = r;
+        }
+        const ready = (await (await fetch(`${svc.url}/readyz`)).json()) as { status: string; reason: string };
+        execFileSync(KAFKA_SH, ['thaw-node', 'single'], { stdio: 'ignore' });
+        const accepted = statuses.filter((s) => s === 202).length;
+        console.log(
+          `full disk (tmpfs 256 KiB): ${accepted} requests of 20 points accepted, then ${refused?.status} ${JSON.stringify(refused?.json)}; readyz: ${JSON.stringify(ready)}`,
+        );
+        expect(accepted).toBeGreaterThan(5);
+        expect([refused?.status, refused?.json.error]).toEqual([500, 'journal_full']);
+        expect(ready.reason).toMatch(/cannot write the journal file .*ENOSPC/);
+        // pino writes asynchronously (sonic-boom): the line may reach the pipe after the 500 did.
+        await until('the log to say why', async () => svc.output.some((l) => l.includes('cannot write the journal') && l.includes('ENOSPC')), 10_000);
+        // Every point answered 202 reaches Kafka once it answers; the refused request is not there.
+        const found = await consumeAll(diskTopic, { expected: accepted * 20, timeoutMs: 30_000 });
+        expect(found.length).toBe(accepted * 20);
+        await until('the worker to take points again', async () => (await postTrack(svc.url, [point('DISK-after')])).status === 202, 30_000);
+      } finally {
+        execFileSync(KAFKA_SH, ['thaw-node', 'single'], { stdio: 'ignore' });
+        expect(await svc.stop()).toBe(0);
+        execFileSync('umount', [mount]);
+        rmSync(mount, { recursive: true, force: true });
+        await deleteTopic(diskTopic);
       }
-      const ready = (await (await fetch(`${svc.url}/readyz`)).json()) as { status: string; reason: string };
-      execFileSync(KAFKA_SH, ['thaw-node', 'single'], { stdio: 'ignore' });
-      const accepted = statuses.filter((s) => s === 202).length;
-      console.log(`full disk (tmpfs 256 KiB): ${accepted} requests of 20 points accepted, then ${refused?.status} ${JSON.stringify(refused?.json)}; readyz: ${JSON.stringify(ready)}`);
-      expect(accepted).toBeGreaterThan(5);
-      expect([refused?.status, refused?.json.error]).toEqual([500, 'journal_full']);
-      expect(ready.reason).toMatch(/cannot write the journal file .*ENOSPC/);
-      // pino writes asynchronously (sonic-boom): the line may reach the pipe after the 500 did.
-      await until('the log to say why', async () => svc.output.some((l) => l.includes('cannot write the journal') && l.includes('ENOSPC')), 10_000);
-      // Every point answered 202 reaches Kafka once it answers; the refused request is not there.
-      const found = await consumeAll(diskTopic, { expected: accepted * 20, timeoutMs: 30_000 });
-      expect(found.length).toBe(accepted * 20);
-      await until('the worker to take points again', async () => (await postTrack(svc.url, [point('DISK-after')])).status === 202, 30_000);
-    } finally {
-      execFileSync(KAFKA_SH, ['thaw-node', 'single'], { stdio: 'ignore' });
-      expect(await svc.stop()).toBe(0);
-      execFileSync('umount', [mount]);
-      rmSync(mount, { recursive: true, force: true });
-      await deleteTopic(diskTopic);
-    }
-  });
+    },
+  );
 });
 
 describe('ACK_MODE=delivered', () => {
@@ -226,7 +248,10 @@ describe('ACK_MODE=delivered', () => {
     const dir = journalDir();
     const svc = await startService({ MQ_TOPIC: refusing, ACK_MODE: 'delivered', WORKERS: '1', JOURNAL_DIR: dir });
     try {
-      const res = await postTrack(svc.url, Array.from({ length: 10 }, (_, i) => point(`REFUSED-${i}`)));
+      const res = await postTrack(
+        svc.url,
+        Array.from({ length: 10 }, (_, i) => point(`REFUSED-${i}`)),
+      );
       expect(res.status).toBe(500);
       expect(res.json.error).toBe('delivery_failed');
       expect(res.json.message).toMatch(/^none of the 10 track points was written to Kafka \(message size too large\); resend the whole request$/);
@@ -260,7 +285,14 @@ describe('JOURNAL_SYNC=disk', () => {
     const diskTopic = await createTopic(uniqueTopic('journal-sync-disk'));
     const svc = await startService({ MQ_TOPIC: diskTopic, JOURNAL_SYNC: 'disk', WORKERS: '1' });
     try {
-      const answers = await Promise.all(Array.from({ length: 20 }, (_, r) => postTrack(svc.url, Array.from({ length: 5 }, (_, i) => point(`SYNC-${r}`, { speed: i })))));
+      const answers = await Promise.all(
+        Array.from({ length: 20 }, (_, r) =>
+          postTrack(
+            svc.url,
+            Array.from({ length: 5 }, (_, i) => point(`SYNC-${r}`, { speed: i })),
+          ),
+        ),
+      );
       expect(answers.map((a) => a.status)).toEqual(Array(20).fill(202));
       expect(await consumeAll(diskTopic, { expected: 100, timeoutMs: 20_000 })).toHaveLength(100);
       expect(svc.output.join('\n')).toContain('"journalSync":"disk"');

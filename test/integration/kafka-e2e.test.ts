@@ -142,7 +142,7 @@ describe('a topic-level librdkafka property given through MQ_OPT_*', () => {
 describe('MQ_OPT_COMPRESSION_TYPE', () => {
   const compressedTopic = fileTopic('e2e-compressed', PARTITIONS);
 
-  it('zstd and lz4: Kafka\'s console consumer reads back every point, key and value', async () => {
+  it("zstd and lz4: Kafka's console consumer reads back every point, key and value", async () => {
     const sent: string[] = [];
     for (const codec of ['zstd', 'lz4']) {
       const svc = await startService({ MQ_TOPIC: compressedTopic, MQ_OPT_COMPRESSION_TYPE: codec });
@@ -158,7 +158,10 @@ describe('MQ_OPT_COMPRESSION_TYPE', () => {
       env: { ...process.env, KAFKA_BOOTSTRAP: BROKERS, KAFKA_CONSUME_MAX: String(sent.length), KAFKA_CONSUME_TIMEOUT_MS: '20000' },
     });
     // Each line: CreateTime:<ms>, Partition:<n>, key, value (tab-separated).
-    const read = stdout.split('\n').filter((line) => line.startsWith('CreateTime:')).map((line) => line.split('\t').slice(2).join('\t'));
+    const read = stdout
+      .split('\n')
+      .filter((line) => line.startsWith('CreateTime:'))
+      .map((line) => line.split('\t').slice(2).join('\t'));
     expect(read.sort()).toEqual(sent.sort());
   });
 });

@@ -59,7 +59,7 @@ describe('metrics across cluster workers', () => {
     for (const w of [five, seven, silent]) w?.process.kill('SIGKILL');
   });
 
-  it('sums the serving workers and adds the primary\'s own metrics, whichever worker asks', async () => {
+  it("sums the serving workers and adds the primary's own metrics, whichever worker asks", async () => {
     serving = [five, seven];
     for (const asker of [five, seven]) {
       const { text, error } = await scrapeThrough(asker);

@@ -11,7 +11,6 @@ import { fileTopic } from '../helpers/topic.js';
 const KAFKA_SH = fileURLToPath(new URL('../../scripts/kafka.sh', import.meta.url));
 const topic = fileTopic('ops');
 
-
 describe('GET /metrics with WORKERS=2', () => {
   let svc: Service;
   beforeAll(async () => {
@@ -90,7 +89,14 @@ describe('delivery latency histogram', () => {
     try {
       const started = performance.now();
       for (let i = 0; i < 3; i++) {
-        expect((await postTrack(svc.url, Array.from({ length: 5 }, () => point(`lat${i}`)))).status).toBe(202);
+        expect(
+          (
+            await postTrack(
+              svc.url,
+              Array.from({ length: 5 }, () => point(`lat${i}`)),
+            )
+          ).status,
+        ).toBe(202);
       }
       const elapsedS = (performance.now() - started) / 1000;
       const text = await (await fetch(`${svc.url}/metrics`)).text();
@@ -110,7 +116,14 @@ describe('delivery latency histogram', () => {
     const svc = await startService({ MQ_TOPIC: topic });
     try {
       for (let i = 0; i < 3; i++) {
-        expect((await postTrack(svc.url, Array.from({ length: 5 }, () => point(`alat${i}`)))).status).toBe(202);
+        expect(
+          (
+            await postTrack(
+              svc.url,
+              Array.from({ length: 5 }, () => point(`alat${i}`)),
+            )
+          ).status,
+        ).toBe(202);
       }
       // The 202s came before Kafka's acknowledgements: wait for them (read every 10 ms).
       await until('3 requests acknowledged', async () => (await metric(svc.url, 'ingest_delivery_latency_seconds_count')) === 3);
@@ -167,7 +180,7 @@ describe('SASL/PLAIN', () => {
   });
 });
 
-describe('TLS with client certificates (the local broker\'s :9095, scripts/kafka.sh)', () => {
+describe("TLS with client certificates (the local broker's :9095, scripts/kafka.sh)", () => {
   const TLS_DIR = fileURLToPath(new URL('../../.run/kafka/tls/', import.meta.url));
   const tls = (caFile: string) => ({
     MQ_BROKERS: '127.0.0.1:9095',
@@ -178,7 +191,7 @@ describe('TLS with client certificates (the local broker\'s :9095, scripts/kafka
     MQ_OPT_SSL_KEY_LOCATION: TLS_DIR + 'client.key',
   });
 
-  it('produces over TLS when the broker\'s CA is configured', async () => {
+  it("produces over TLS when the broker's CA is configured", async () => {
     expect(existsSync(TLS_DIR + 'ca.pem'), 'restart the local broker (scripts/kafka.sh stop; scripts/kafka.sh start) to get its TLS listener').toBe(true);
     await expectProducesThrough(tls('ca.pem'), 'tls-ok');
   });

@@ -33,12 +33,10 @@ async function connect(): Promise<{ producer: Kafka.Producer; reports: Report[] 
   return { producer, reports };
 }
 
-const connectProducer = (producer: Kafka.Producer) =>
-  new Promise<void>((resolve, reject) => producer.connect({}, (err) => (err ? reject(err) : resolve())));
+const connectProducer = (producer: Kafka.Producer) => new Promise<void>((resolve, reject) => producer.connect({}, (err) => (err ? reject(err) : resolve())));
 const disconnect = (producer: Kafka.Producer) => new Promise<void>((resolve) => producer.disconnect(() => resolve()));
 
-const flush = (producer: Kafka.Producer) =>
-  new Promise<void>((resolve, reject) => producer.flush(10_000, (err) => (err ? reject(err) : resolve())));
+const flush = (producer: Kafka.Producer) => new Promise<void>((resolve, reject) => producer.flush(10_000, (err) => (err ? reject(err) : resolve())));
 
 async function until(condition: () => boolean, what: string): Promise<void> {
   const deadline = Date.now() + 10_000;
@@ -60,7 +58,7 @@ afterAll(async () => {
 });
 
 describe('Producer#produceBatch (patched into the binding)', () => {
-  it('writes every message with its own key and value, the time of the call, on the Java partitioner\'s partition', async () => {
+  it("writes every message with its own key and value, the time of the call, on the Java partitioner's partition", async () => {
     const ids = ['MSCU1234567', '集装箱-7', 'a"quoted\\id', 'конт-9', 'x'];
     const points = Array.from({ length: 50 }, (_, i) => point(ids[i % ids.length]!, i));
     const batch = encodePoints(points);
@@ -133,9 +131,18 @@ describe('Producer#produceBatch (patched into the binding)', () => {
     // The three taken are delivered and report; the refused one never does.
     await until(() => reports.length >= 3, 'three delivery reports');
     await new Promise((r) => setTimeout(r, 200));
-    expect(reports.map((r) => [r.err, r.report.opaque])).toEqual([[null, 'failing request'], [null, 'failing request'], [null, 'failing request']]);
+    expect(reports.map((r) => [r.err, r.report.opaque])).toEqual([
+      [null, 'failing request'],
+      [null, 'failing request'],
+      [null, 'failing request'],
+    ]);
     const got = await consumeAll(topic, { expected: 53, partitions: PARTITIONS });
-    expect(got.filter((m) => m.key.startsWith('ok-')).map((m) => m.key).sort()).toEqual(['ok-1', 'ok-2', 'ok-3']);
+    expect(
+      got
+        .filter((m) => m.key.startsWith('ok-'))
+        .map((m) => m.key)
+        .sort(),
+    ).toEqual(['ok-1', 'ok-2', 'ok-3']);
     expect(got.some((m) => m.key === 'too-big')).toBe(false);
   });
 
@@ -152,9 +159,12 @@ describe('Producer#produceBatch (patched into the binding)', () => {
     await until(() => reports.length === 4, 'four delivery reports');
     const got = await consumeAll(topic, { expected: 57, partitions: PARTITIONS });
     const general = messagesOf(encodePoints((validatePoints(JSON.parse(text) as unknown[]) as { points: TrackPoint[] }).points));
-    expect(got.filter((m) => m.key.startsWith('sp-')).map((m) => [m.key, m.value]).sort()).toEqual(
-      general.keys.map((key, i) => [key, general.values[i]!.toString()]).sort(),
-    );
+    expect(
+      got
+        .filter((m) => m.key.startsWith('sp-'))
+        .map((m) => [m.key, m.value])
+        .sort(),
+    ).toEqual(general.keys.map((key, i) => [key, general.values[i]!.toString()]).sort());
   });
 
   it('keeps its topic handle across calls, takes another topic when asked, and starts afresh after a reconnect', async () => {
@@ -179,12 +189,23 @@ describe('Producer#produceBatch (patched into the binding)', () => {
     await flush(producer);
     await until(() => reports.length === 6, 'six delivery reports');
     expect(reports.filter((r) => r.err !== null)).toEqual([]);
-    expect(reports.map((r) => [r.report.opaque, r.report.topic]).sort()).toEqual([
-      ['kept-1', topic], ['kept-2', topic], ['kept-3', topic], ['kept-4', topic],
-      ['other-1', otherTopic], ['other-2', otherTopic],
-    ].sort());
+    expect(reports.map((r) => [r.report.opaque, r.report.topic]).sort()).toEqual(
+      [
+        ['kept-1', topic],
+        ['kept-2', topic],
+        ['kept-3', topic],
+        ['kept-4', topic],
+        ['other-1', otherTopic],
+        ['other-2', otherTopic],
+      ].sort(),
+    );
     const got = await consumeAll(topic, { expected: 60, partitions: PARTITIONS });
-    expect(got.filter((m) => m.key.startsWith('kept-')).map((m) => m.key).sort()).toEqual(['kept-1', 'kept-2', 'kept-3', 'kept-4']);
+    expect(
+      got
+        .filter((m) => m.key.startsWith('kept-'))
+        .map((m) => m.key)
+        .sort(),
+    ).toEqual(['kept-1', 'kept-2', 'kept-3', 'kept-4']);
     const other = await consumeAll(otherTopic, { expected: 2, partitions: PARTITIONS });
     expect(other.map((m) => m.key).sort()).toEqual(['other-1', 'other-2']);
   });

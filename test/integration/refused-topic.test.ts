@@ -88,19 +88,40 @@ describe('requests refused for their content, kept on MQ_REFUSED_TOPIC', () => {
     const got = await consumeAll(refusedTopic, { expected: 10, partitions: 3, idleMs: 1500 });
     const byCode = (code: string): ConsumedMessage[] => got.filter((m) => m.headers['refused.code'] === code);
     expect(got).toHaveLength(10); // 9 refused + 1 chunked; the valid request is not there
-    expect(got.map((m) => m.headers['refused.code']).sort()).toEqual(
-      ['invalid_json', 'invalid_json', 'invalid_json', 'payload_too_large', 'payload_too_large', 'payload_too_large', 'payload_too_large', 'unsupported_media_type', 'validation_failed', 'validation_failed'],
-    );
+    expect(got.map((m) => m.headers['refused.code']).sort()).toEqual([
+      'invalid_json',
+      'invalid_json',
+      'invalid_json',
+      'payload_too_large',
+      'payload_too_large',
+      'payload_too_large',
+      'payload_too_large',
+      'unsupported_media_type',
+      'validation_failed',
+      'validation_failed',
+    ]);
 
     const [bad] = byCode('validation_failed').filter((m) => m.key === 'MSKU-bad');
     expect(bad!.value).toBe(invalid.toString());
-    expect(bad!.headers).toMatchObject({ 'refused.status': '400', 'refused.message': '1 invalid track point', 'client.address': '198.51.100.20', 'client.api_key_name': 'fleet-a', 'body.sent_bytes': String(invalid.byteLength), 'body.kept': 'whole' });
+    expect(bad!.headers).toMatchObject({
+      'refused.status': '400',
+      'refused.message': '1 invalid track point',
+      'client.address': '198.51.100.20',
+      'client.api_key_name': 'fleet-a',
+      'body.sent_bytes': String(invalid.byteLength),
+      'body.kept': 'whole',
+    });
     expect(JSON.parse(bad!.headers['refused.details']!)).toEqual([{ index: 0, field: 'lat', message: expect.stringContaining('90') }]);
     expect(Math.abs(Date.parse(bad!.headers['refused.at']!) - bad!.timestamp)).toBeLessThan(1000);
 
     const json400 = byCode('invalid_json');
     const gz = json400.find((m) => m.key === 'MSKU-gz')!;
-    expect([gz.value, gz.headers['content.encoding'], gz.headers['body.kept'], gz.headers['client.address']]).toEqual(['[{"container_id":"MSKU-gz"},', 'gzip', 'whole', '127.0.0.1']);
+    expect([gz.value, gz.headers['content.encoding'], gz.headers['body.kept'], gz.headers['client.address']]).toEqual([
+      '[{"container_id":"MSKU-gz"},',
+      'gzip',
+      'whole',
+      '127.0.0.1',
+    ]);
     expect(json400.find((m) => m.key === 'MSKU-json')!.value).toBe('[{"container_id":"MSKU-json","lat":');
     expect(json400.find((m) => m.key === '')!.headers['body.kept']).toBe('as received, 26 bytes: not valid gzip');
 
@@ -163,7 +184,9 @@ describe('a flood of refused requests, and the refused topic gone', () => {
       expect(await metric(service.url, 'ingest_refused_requests_dropped_total{reason="over_rate"}')).toBe(2000 - written.length);
       const points = await consumeAll(pointsTopic, { expected: 100, partitions: 3 });
       expect(new Set(points.map((m) => m.key)).size).toBe(100);
-      console.log(`refused flood: 2000 invalid requests in ${seconds.toFixed(1)} s at MQ_REFUSED_RATE=20: ${written.length} written, ${2000 - written.length} counted over the rate; 100 valid requests beside them: 202 and in Kafka`);
+      console.log(
+        `refused flood: 2000 invalid requests in ${seconds.toFixed(1)} s at MQ_REFUSED_RATE=20: ${written.length} written, ${2000 - written.length} counted over the rate; 100 valid requests beside them: 202 and in Kafka`,
+      );
 
       // The refused topic deleted: refusals are counted as failed after librdkafka gives up; valid requests never wait for it.
       await deleteTopic(refusedTopic);
@@ -171,7 +194,10 @@ describe('a flood of refused requests, and the refused topic gone', () => {
       const after: number[] = [];
       const t0 = performance.now();
       for (let i = 0; i < 50; i++) {
-        const [refused, ok] = await Promise.all([send(service.url, { name: 'bad', body: bad }), send(service.url, { name: 'ok', body: json([point(`MSKU-after-${i}`)]) })]);
+        const [refused, ok] = await Promise.all([
+          send(service.url, { name: 'bad', body: bad }),
+          send(service.url, { name: 'ok', body: json([point(`MSKU-after-${i}`)]) }),
+        ]);
         after.push(refused.status, ok.status);
       }
       const ms = performance.now() - t0;
@@ -207,7 +233,9 @@ describe("the refused topic's producer, connected only while there are refusals"
     const service = await startService({ ...LIMITS, LOG_LEVEL: 'debug', MQ_TOPIC: pointsTopic, MQ_REFUSED_TOPIC: refusedTopic, MQ_REFUSED_IDLE_MS: '500' });
     const closings = () => service.output.filter((l) => l.includes('refused-requests producer closed: idle')).length;
     const refuseBurst = async (prefix: string) => {
-      const answers = await Promise.all(Array.from({ length: 5 }, (_, i) => send(service.url, { name: 'bad', body: json([point(`${prefix}-${i}`, { lat: 95 })]) })));
+      const answers = await Promise.all(
+        Array.from({ length: 5 }, (_, i) => send(service.url, { name: 'bad', body: json([point(`${prefix}-${i}`, { lat: 95 })]) })),
+      );
       expect(answers.map((a) => a.status)).toEqual([400, 400, 400, 400, 400]);
     };
     try {

@@ -14,7 +14,10 @@ describe('graceful shutdown', () => {
     const perRequest = 50;
     const results = await Promise.all(
       Array.from({ length: requests }, (_, r) =>
-        postTrack(svc.url, Array.from({ length: perRequest }, (_, i) => point(`sd-${r % 7}`, { speed: r * perRequest + i }))),
+        postTrack(
+          svc.url,
+          Array.from({ length: perRequest }, (_, i) => point(`sd-${r % 7}`, { speed: r * perRequest + i })),
+        ),
       ),
     );
     expect(results.map((r) => r.status)).toEqual(Array(requests).fill(202));

@@ -78,7 +78,10 @@ describe('start-up', () => {
     try {
       let status = 0;
       for (let i = 0; i < 100 && status !== 200; i++) {
-        status = await fetch(`http://[::1]:${port}/healthz`).then((r) => r.status, () => 0);
+        status = await fetch(`http://[::1]:${port}/healthz`).then(
+          (r) => r.status,
+          () => 0,
+        );
         if (status !== 200) await new Promise((r) => setTimeout(r, 100));
       }
       expect(status).toBe(200);
@@ -87,18 +90,23 @@ describe('start-up', () => {
     }
   });
 
-  it('names its Kafka client and librdkafka (2.15.1 or newer, with zstd and lz4) in each worker\'s start line and in /metrics', async () => {
+  it("names its Kafka client and librdkafka (2.15.1 or newer, with zstd and lz4) in each worker's start line and in /metrics", async () => {
     const { version } = createRequire(import.meta.url)('@confluentinc/kafka-javascript/package.json') as { version: string };
     const [major = 0, minor = 0, patch = 0] = Kafka.librdkafkaVersion.split('.').map(Number);
     expect(major * 1e6 + minor * 1e3 + patch, `librdkafka ${Kafka.librdkafkaVersion}`).toBeGreaterThanOrEqual(2_015_001);
     expect(Kafka.features).toEqual(expect.arrayContaining(['zstd', 'lz4']));
     const svc = await startService({});
     try {
-      const started = svc.output.join('\n').split('\n').filter((line) => line.includes('"worker started"'));
+      const started = svc.output
+        .join('\n')
+        .split('\n')
+        .filter((line) => line.includes('"worker started"'));
       expect(started.length, 'workers that logged their start').toBeGreaterThan(0);
       for (const line of started) expect(line).toContain(`"kafkaClient":"@confluentinc/kafka-javascript ${version}","librdkafka":"${Kafka.librdkafkaVersion}"`);
       const metrics = await fetch(`${svc.url}/metrics`).then((r) => r.text());
-      expect(metrics).toContain(`ingest_build_info{client="@confluentinc/kafka-javascript",client_version="${version}",librdkafka="${Kafka.librdkafkaVersion}"} 1`);
+      expect(metrics).toContain(
+        `ingest_build_info{client="@confluentinc/kafka-javascript",client_version="${version}",librdkafka="${Kafka.librdkafkaVersion}"} 1`,
+      );
     } finally {
       expect(await svc.stop()).toBe(0);
     }
@@ -106,7 +114,10 @@ describe('start-up', () => {
 
   // scripts/test.sh installs libjemalloc2, as the Dockerfile does.
   it('runs its workers on jemalloc when it is installed (WORKER_MALLOC=auto), on the system malloc with WORKER_MALLOC=system', async () => {
-    for (const [choice, expected] of [['auto', true], ['system', false]] as const) {
+    for (const [choice, expected] of [
+      ['auto', true],
+      ['system', false],
+    ] as const) {
       const svc = await startService({ WORKER_MALLOC: choice });
       try {
         const health = (await fetch(`${svc.url}/healthz`).then((r) => r.json())) as { pid: number };
@@ -122,12 +133,18 @@ describe('start-up', () => {
     }
   });
 
-  it('collects each worker\'s garbage on its main thread by default (WORKER_GC=single-threaded), with V8\'s helper threads with WORKER_GC=parallel', async () => {
-    for (const [env, expected] of [[{}, 'single-threaded'], [{ WORKER_GC: 'parallel' }, 'parallel']] as const) {
+  it("collects each worker's garbage on its main thread by default (WORKER_GC=single-threaded), with V8's helper threads with WORKER_GC=parallel", async () => {
+    for (const [env, expected] of [
+      [{}, 'single-threaded'],
+      [{ WORKER_GC: 'parallel' }, 'parallel'],
+    ] as const) {
       const svc = await startService(env);
       try {
         // Each worker says how it was started (the flags the supervisor forked it with).
-        const started = svc.output.join('\n').split('\n').filter((line) => line.includes('"worker started"'));
+        const started = svc.output
+          .join('\n')
+          .split('\n')
+          .filter((line) => line.includes('"worker started"'));
         expect(started.length, 'workers that logged their start').toBeGreaterThan(0);
         for (const line of started) expect(line).toContain(`"gc":"${expected}"`);
         expect((await postTrack(svc.url, [point('MSCU-GC')])).status).toBe(202);

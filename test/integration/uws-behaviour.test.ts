@@ -34,24 +34,32 @@ async function stillServing(): Promise<void> {
 }
 
 describe(`uWebSockets.js v${build}: what the service relies on`, () => {
-  it('HTTP/1.0: answered 505 and closed (v20.57), or closed unanswered by the idle timeout (v20.30); never left open, and the worker serves on', { timeout: 60_000 }, async () => {
-    const t0 = performance.now();
-    const { text, closed } = await raw(svc.port, (s) => s.write(request().replace('HTTP/1.1', 'HTTP/1.0')), (HTTP_IDLE_CLOSE_S.latest + 2) * 1000);
-    const seconds = (performance.now() - t0) / 1000;
-    expect(closed).toBe(true);
-    if (build === '20.30.0') expect([text, seconds <= HTTP_IDLE_CLOSE_S.latest + 1]).toEqual(['', true]);
-    else expect([parseAnswer(text).status, seconds < 2]).toEqual([505, true]);
-    await stillServing();
-  });
+  it(
+    'HTTP/1.0: answered 505 and closed (v20.57), or closed unanswered by the idle timeout (v20.30); never left open, and the worker serves on',
+    { timeout: 60_000 },
+    async () => {
+      const t0 = performance.now();
+      const { text, closed } = await raw(svc.port, (s) => s.write(request().replace('HTTP/1.1', 'HTTP/1.0')), (HTTP_IDLE_CLOSE_S.latest + 2) * 1000);
+      const seconds = (performance.now() - t0) / 1000;
+      expect(closed).toBe(true);
+      if (build === '20.30.0') expect([text, seconds <= HTTP_IDLE_CLOSE_S.latest + 1]).toEqual(['', true]);
+      else expect([parseAnswer(text).status, seconds < 2]).toEqual([505, true]);
+      await stillServing();
+    },
+  );
 
-  it(`closes a connection idle since its last byte (this build: ${uwsBuild().idleTimeoutS} s, so between ${HTTP_IDLE_CLOSE_S.earliest} and ${HTTP_IDLE_CLOSE_S.latest} s)`, { timeout: 60_000 }, async () => {
-    const t0 = performance.now();
-    const s = connect(svc.port, '127.0.0.1');
-    await new Promise<void>((resolve) => s.once('close', () => resolve()));
-    const seconds = (performance.now() - t0) / 1000;
-    expect(seconds).toBeGreaterThanOrEqual(HTTP_IDLE_CLOSE_S.earliest - 0.5);
-    expect(seconds).toBeLessThanOrEqual(HTTP_IDLE_CLOSE_S.latest + 1);
-  });
+  it(
+    `closes a connection idle since its last byte (this build: ${uwsBuild().idleTimeoutS} s, so between ${HTTP_IDLE_CLOSE_S.earliest} and ${HTTP_IDLE_CLOSE_S.latest} s)`,
+    { timeout: 60_000 },
+    async () => {
+      const t0 = performance.now();
+      const s = connect(svc.port, '127.0.0.1');
+      await new Promise<void>((resolve) => s.once('close', () => resolve()));
+      const seconds = (performance.now() - t0) / 1000;
+      expect(seconds).toBeGreaterThanOrEqual(HTTP_IDLE_CLOSE_S.earliest - 0.5);
+      expect(seconds).toBeLessThanOrEqual(HTTP_IDLE_CLOSE_S.latest + 1);
+    },
+  );
 
   it('refuses a header block over MAX_HEADER_BYTES with 431 (v20.57), closes one that outgrows its buffer (both builds), and serves on', async () => {
     const header = (bytes: number) => `X-Big: ${'a'.repeat(bytes)}\r\n`;
@@ -110,7 +118,7 @@ describe(`uWebSockets.js v${build}: what the service relies on`, () => {
     const sockets: Socket[] = [];
     for (let i = 0; i < 200; i++) {
       const s = connect(svc.port, '127.0.0.1');
-      s.on('error', () => {});
+      s.on('error', () => undefined);
       sockets.push(s);
       // Half of them stop halfway through the body; the others send it all and hang up at once,
       // while their answer waits for the fdatasync.

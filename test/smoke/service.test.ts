@@ -37,7 +37,10 @@ describe(`the service on Node ${process.version}`, () => {
     await send('gzip', gzipSync(JSON.stringify([point('smoke-3')])), { 'content-encoding': 'gzip' });
     await send('not JSON', '[{');
     await send('an invalid point', [point('x', { lat: 91 })]);
-    await send('too many points', Array.from({ length: 6 }, (_, i) => point(`many-${i}`)));
+    await send(
+      'too many points',
+      Array.from({ length: 6 }, (_, i) => point(`many-${i}`)),
+    );
     await send('not JSON by its type', '[]', { 'content-type': 'text/plain' });
     const get = await fetch(`${svc.url}/track`);
     statuses.push(['GET /track', get.status, ((await get.json()) as { error: string }).error]);
@@ -58,6 +61,12 @@ describe(`the service on Node ${process.version}`, () => {
     ]);
     const messages = await consumeAll(topic, { expected: 3 });
     expect(messages.map((m) => m.key).sort()).toEqual(['smoke-1', 'smoke-2', 'smoke-3']);
-    expect(JSON.parse(messages.find((m) => m.key === 'smoke-2')!.value)).toEqual({ container_id: 'smoke-2', lat: 51.9, lon: 4.4, timestamp: '2024-05-01T12:00:00Z', speed: 3 });
+    expect(JSON.parse(messages.find((m) => m.key === 'smoke-2')!.value)).toEqual({
+      container_id: 'smoke-2',
+      lat: 51.9,
+      lon: 4.4,
+      timestamp: '2024-05-01T12:00:00Z',
+      speed: 3,
+    });
   });
 });

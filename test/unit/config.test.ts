@@ -56,7 +56,13 @@ describe('configuration', () => {
 
   it('DELIVERY=exactly-once: the positions topic after MQ_TOPIC, the instance from POD_NAME, a transactional.id per slot', () => {
     const c = loadConfig({ DELIVERY: 'exactly-once', MQ_TOPIC: 'fleet.points', POD_NAME: 'track-ingest-2' });
-    expect(c.exactlyOnce).toEqual({ instance: 'track-ingest-2', positionsTopic: 'fleet.points.positions', commitIntervalMs: 100, maxPoints: 10_000, transactionTimeoutMs: 10_000 });
+    expect(c.exactlyOnce).toEqual({
+      instance: 'track-ingest-2',
+      positionsTopic: 'fleet.points.positions',
+      commitIntervalMs: 100,
+      maxPoints: 10_000,
+      transactionTimeoutMs: 10_000,
+    });
     expect(transactionalId(c.exactlyOnce!, 1)).toBe('track-ingest.track-ingest-2.1');
     expect(loadConfig({ DELIVERY: 'exactly-once', INSTANCE_ID: 'pod-a' }).exactlyOnce?.instance).toBe('pod-a');
     expect(loadConfig({}).exactlyOnce).toBeNull();

@@ -57,7 +57,9 @@ describe('the metrics table of docs/operations.md', () => {
   );
 
   it('lists every metric the service exports (prom-client defaults aside), and no other', async () => {
-    const own = [...(await metricNames())].filter((n) => !/^ingest_process_|^ingest_nodejs_(?!eventloop_lag_(min|max|mean|stddev|p50|p90|p99)_)/.test(n) && !/_(sum|count|bucket)$/.test(n));
+    const own = [...(await metricNames())].filter(
+      (n) => !/^ingest_process_|^ingest_nodejs_(?!eventloop_lag_(min|max|mean|stddev|p50|p90|p99)_)/.test(n) && !/_(sum|count|bucket)$/.test(n),
+    );
     for (const name of own) expect(listed.has(name), name).toBe(true);
     const known = await metricNames();
     for (const name of listed) if (!name.endsWith('_')) expect(known.has(name), name).toBe(true);
@@ -88,13 +90,13 @@ describe('Kubernetes manifests', () => {
     expect(shutdownS).toBeGreaterThanOrEqual(60);
   });
 
-  it('drains a retained journal volume with a Job that runs the image\'s drain on the StatefulSet\'s claim, at its JOURNAL_DIR, as its user', () => {
+  it("drains a retained journal volume with a Job that runs the image's drain on the StatefulSet's claim, at its JOURNAL_DIR, as its user", () => {
     const job = parse(read('deploy/k8s/drain-job.yaml'));
     expect(job.kind).toBe('Job');
     const pod = job.spec.template.spec;
     const drain = pod.containers[0];
     expect(drain.image).toBe(container.image);
-    expect(drain.command, 'the image\'s entry, not another').toBeUndefined();
+    expect(drain.command, "the image's entry, not another").toBeUndefined();
     expect(drain.args).toEqual(['drain']);
     expect(pod.restartPolicy).toBe('Never');
     const jobEnv = Object.fromEntries(drain.env.map((e: { name: string; value: string }) => [e.name, e.value]));
@@ -160,13 +162,14 @@ describe('Dockerfile and compose', () => {
     expect(dockerfile).toMatch(/^CMD \[\]$/m);
   });
 
-  it('gives the build stage what the Kafka client\'s patched build needs, before it runs', () => {
+  it("gives the build stage what the Kafka client's patched build needs, before it runs", () => {
     // `image-build.sh deps` runs scripts/install.sh, which runs scripts/build-kafka-client.sh: patch(1)
     // and libzstd-dev installed, the scripts and patches/ copied first.
     const build = dockerfile.slice(0, dockerfile.indexOf('RUN scripts/image-build.sh deps'));
     expect(build).toMatch(/apt-get install [^\n]*\bpatch\b/);
     expect(build).toMatch(/apt-get install [^\n]*\blibzstd-dev\b/);
-    for (const script of ['install.sh', 'need-packages.sh', 'build-kafka-client.sh']) expect(build).toMatch(new RegExp(`^COPY [^\\n]*scripts/${script.replace('.', '\\.')}`, 'm'));
+    for (const script of ['install.sh', 'need-packages.sh', 'build-kafka-client.sh'])
+      expect(build).toMatch(new RegExp(`^COPY [^\\n]*scripts/${script.replace('.', '\\.')}`, 'm'));
     expect(build).toMatch(/^COPY patches \.\/patches$/m);
   });
 
@@ -178,7 +181,7 @@ describe('Dockerfile and compose', () => {
     expect(JEMALLOC_PATHS).toContain('/usr/lib/aarch64-linux-gnu/libjemalloc.so.2');
   });
 
-  it('installs the packages scripts/image-build.sh puts in the image\'s root without Docker, stage by stage', () => {
+  it("installs the packages scripts/image-build.sh puts in the image's root without Docker, stage by stage", () => {
     const script = read('scripts/image-build.sh');
     const list = (name: string) => (new RegExp(`^${name}=\\(([^)]*)\\)$`, 'm').exec(script)?.[1] ?? '').split(' ').sort();
     const [build, runtime] = dockerfile.split(/^FROM node:24-trixie-slim$/m);
@@ -187,7 +190,12 @@ describe('Dockerfile and compose', () => {
     expect(apt(runtime!)).toEqual(list('RUNTIME_PACKAGES'));
     expect(script).toMatch(/^NODE_MAJOR=24$/m);
     // The runtime stage copies what the root's /app keeps.
-    expect([...runtime!.matchAll(/^COPY --from=build --chown=node:node \/app\/(\S+) /gm)].map((m) => m[1]).sort()).toEqual(['dist', 'native', 'node_modules', 'package.json']);
+    expect([...runtime!.matchAll(/^COPY --from=build --chown=node:node \/app\/(\S+) /gm)].map((m) => m[1]).sort()).toEqual([
+      'dist',
+      'native',
+      'node_modules',
+      'package.json',
+    ]);
   });
 
   it('gives compose a stop grace period longer than the flush', () => {
@@ -223,7 +231,9 @@ describe('gateways in front of the service', () => {
   it('Ingress (ingress-nginx): the body limit is MAX_BODY_BYTES, HTTP/1.1 upstream, idle upstream connections closed first, only /track public', () => {
     const [ingress, controller] = parseAllDocuments(read('deploy/k8s/ingress.yaml')).map((d) => d.toJS());
     const a = ingress.metadata.annotations as Record<string, string>;
-    const env = Object.fromEntries(parse(read('deploy/k8s/statefulset.yaml')).spec.template.spec.containers[0].env.map((e: { name: string; value: string }) => [e.name, e.value]));
+    const env = Object.fromEntries(
+      parse(read('deploy/k8s/statefulset.yaml')).spec.template.spec.containers[0].env.map((e: { name: string; value: string }) => [e.name, e.value]),
+    );
     const maxBody = Number(env.MAX_BODY_BYTES ?? DEFAULTS.MAX_BODY_BYTES);
     const size = /^(\d+)([km]?)$/.exec(a['nginx.ingress.kubernetes.io/proxy-body-size'] ?? '');
     expect(Number(size?.[1]) * ({ '': 1, k: 1024, m: 1024 * 1024 }[size?.[2] ?? ''] ?? NaN)).toBe(maxBody);

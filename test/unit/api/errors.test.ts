@@ -50,7 +50,11 @@ describe('the error catalogue', () => {
   it.each(ERROR_CODES)('answers %s with its status, its Retry-After and a JSON body naming the code', (code) => {
     const answer = errorAnswer(code, 'why');
     const entry = CATALOGUE[code];
-    expect([answer.status, answer.retryAfter, JSON.parse(answer.body)]).toEqual([entry.status, 'retryAfter' in entry ? entry.retryAfter : undefined, { error: code, message: 'why' }]);
+    expect([answer.status, answer.retryAfter, JSON.parse(answer.body)]).toEqual([
+      entry.status,
+      'retryAfter' in entry ? entry.retryAfter : undefined,
+      { error: code, message: 'why' },
+    ]);
   });
 
   it('writes a body byte for byte as JSON.stringify writes the answer, details and any text included', () => {
@@ -95,7 +99,7 @@ describe('the error catalogue', () => {
     }
   });
 
-  it('reaches each status of the nginx gateway\'s refusals through an error_page', () => {
+  it("reaches each status of the nginx gateway's refusals through an error_page", () => {
     const conf = read('deploy/gateway/nginx.conf.template');
     const targets = new Set([...conf.matchAll(/error_page \d{3}(?: =\d{3})? \/_gateway\/(?:\$\{idem_keyed\})?(\d{3});/g)].map((m) => Number(m[1])));
     const table = luaAnswers().filter((a) => a.via === 'error_page');

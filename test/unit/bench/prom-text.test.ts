@@ -5,7 +5,8 @@ import { histogramQuantile, seriesValue } from '../../../bench/lib/prom-text.js'
 
 const NAME = 'ingest_http_request_duration_seconds';
 const BOUNDS = ['0.001', '0.005', '0.01', '+Inf'];
-const scrape = (counts: number[]) => [`# TYPE ${NAME} histogram`, ...BOUNDS.map((le, i) => `${NAME}_bucket{le="${le}"} ${counts[i]}`), `${NAME}_count ${counts.at(-1)}`].join('\n');
+const scrape = (counts: number[]) =>
+  [`# TYPE ${NAME} histogram`, ...BOUNDS.map((le, i) => `${NAME}_bucket{le="${le}"} ${counts[i]}`), `${NAME}_count ${counts.at(-1)}`].join('\n');
 
 describe('histogramQuantile', () => {
   it('takes only what was observed between the two scrapes, interpolated within its bucket', () => {

@@ -9,11 +9,14 @@ const answers = new TrackAnswers(context);
 const json = (body: string | Buffer) => JSON.parse(body.toString()) as Record<string, unknown>;
 
 describe('TrackAnswers', () => {
-  it.each(PRODUCER_REFUSALS)("answers a refusal of the write-ahead path (%s) with its own code, 500, the catalogue's Retry-After and a message that nothing was taken", (refusal) => {
-    const a = answers.refused(refusal, 1, 0);
-    expect([a.status, json(a.body).error, a.retryAfter, a.reason, a.refusal]).toEqual([500, refusal, CATALOGUE[refusal].retryAfter, refusal, refusal]);
-    expect(json(a.body).message).toMatch(/nothing from this request was accepted$/);
-  });
+  it.each(PRODUCER_REFUSALS)(
+    "answers a refusal of the write-ahead path (%s) with its own code, 500, the catalogue's Retry-After and a message that nothing was taken",
+    (refusal) => {
+      const a = answers.refused(refusal, 1, 0);
+      expect([a.status, json(a.body).error, a.retryAfter, a.reason, a.refusal]).toEqual([500, refusal, CATALOGUE[refusal].retryAfter, refusal, refusal]);
+      expect(json(a.body).message).toMatch(/nothing from this request was accepted$/);
+    },
+  );
 
   it('counts the points of each refused request as refused, though the answer is made once', () => {
     const three = answers.refused('queue_full', 3, 0);
@@ -29,7 +32,7 @@ describe('TrackAnswers', () => {
     expect(json(a.body).message).toMatch(/encodes to 2000000 bytes/);
   });
 
-  it('answers a request whose 202 waited and failed with the failure\'s code and message', () => {
+  it("answers a request whose 202 waited and failed with the failure's code and message", () => {
     const a = answers.late({ code: 'journal_failed', message: 'the disk failed' }, 5);
     expect([a.status, json(a.body), a.retryAfter, a.points]).toEqual([500, { error: 'journal_failed', message: 'the disk failed' }, 1, 5]);
     expect(CATALOGUE.journal_failed.resend).toBe('check');

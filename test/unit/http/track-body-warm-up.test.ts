@@ -16,11 +16,27 @@ describe('warmUpTrackBody', () => {
       const plain = gzipped ? gunzipSync(bytes) : bytes;
       const direct = singlePass(plain, limits.maxPoints);
       const decoded = decodeTrackBody(bytes, gzipped, limits);
-      const kind = direct === null ? ('refused' in decoded ? 'general path, refused' : 'general path, taken') : 'details' in direct ? 'single pass, refused' : 'single pass, taken';
+      const kind =
+        direct === null
+          ? 'refused' in decoded
+            ? 'general path, refused'
+            : 'general path, taken'
+          : 'details' in direct
+            ? 'single pass, refused'
+            : 'single pass, taken';
       kinds.add(gzipped ? `gzip, ${'refused' in decoded ? 'refused' : 'taken'}` : kind);
       if ('refused' in decoded) kinds.add(decoded.refused);
     }
-    expect([...kinds].sort()).toEqual(['general path, refused', 'general path, taken', 'gzip, refused', 'gzip, taken', 'invalid_json', 'single pass, refused', 'single pass, taken', 'validation_failed']);
+    expect([...kinds].sort()).toEqual([
+      'general path, refused',
+      'general path, taken',
+      'gzip, refused',
+      'gzip, taken',
+      'invalid_json',
+      'single pass, refused',
+      'single pass, taken',
+      'validation_failed',
+    ]);
   });
 
   it('runs with any limits, a body over them refused like any other', () => {

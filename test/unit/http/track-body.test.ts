@@ -59,7 +59,12 @@ describe('decodeTrackBody', () => {
 
   it('is all or nothing: one invalid point refuses the whole request, with details and every point counted', () => {
     const r = refusal(JSON.stringify([point, point, point, { ...point, lat: 91 }]));
-    expect(r).toEqual({ refused: 'validation_failed', message: '1 invalid track point', points: 4, details: [{ index: 3, field: 'lat', message: 'must be between -90 and 90' }] });
+    expect(r).toEqual({
+      refused: 'validation_failed',
+      message: '1 invalid track point',
+      points: 4,
+      details: [{ index: 3, field: 'lat', message: 'must be between -90 and 90' }],
+    });
   });
 
   it('refuses more than MAX_POINTS points as too large', () => {

@@ -78,12 +78,14 @@ describe('TrackHandler: admission, from the headers', () => {
     ] as const) {
       const x = exchange();
       post(h, x, body(1), headers);
-      expect(x.answers, JSON.stringify(headers)).toEqual([{ status, error: status === 415 ? 'unsupported_media_type' : 'payload_too_large', stopReading: true }]);
+      expect(x.answers, JSON.stringify(headers)).toEqual([
+        { status, error: status === 415 ? 'unsupported_media_type' : 'payload_too_large', stopReading: true },
+      ]);
     }
     expect(producer.taken).toBe(0);
   });
 
-  it('refuses with the producer\'s own code before the body is read when it takes nothing now, the connection kept, and counts it', () => {
+  it("refuses with the producer's own code before the body is read when it takes nothing now, the connection kept, and counts it", () => {
     const { h, producer, tally } = handler();
     producer.admits = 'broker_stalled';
     const x = exchange();
@@ -128,7 +130,11 @@ describe('TrackHandler: taking a body', () => {
     tb({ code: 'delivery_failed', message: 'none of the 2 track points was written to Kafka' });
     c.abort();
     tc(null);
-    expect([a.answers, b.answers, c.answers]).toEqual([[{ status: 202, stopReading: false }], [{ status: 500, error: 'delivery_failed', stopReading: false }], []]);
+    expect([a.answers, b.answers, c.answers]).toEqual([
+      [{ status: 202, stopReading: false }],
+      [{ status: 500, error: 'delivery_failed', stopReading: false }],
+      [],
+    ]);
     expect([h.awaitingAnswer, tally.byStatus[202], tally.points]).toEqual([0, 2, 4]);
   });
 
@@ -141,7 +147,10 @@ describe('TrackHandler: taking a body', () => {
     producer.refuses = 'journal_failed';
     const after = exchange();
     post(h, after, body(3));
-    expect([before.answers, after.answers]).toEqual([[{ status: 500, error: 'journal_failed', stopReading: false }], [{ status: 500, error: 'journal_failed', stopReading: false }]]);
+    expect([before.answers, after.answers]).toEqual([
+      [{ status: 500, error: 'journal_failed', stopReading: false }],
+      [{ status: 500, error: 'journal_failed', stopReading: false }],
+    ]);
     expect([producer.taken, tally.refused.journal_failed, tally.rejected.journal_failed]).toEqual([0, 2, 3]);
   });
 
@@ -154,7 +163,12 @@ describe('TrackHandler: taking a body', () => {
     expect([first.answers, second.answers, h.waitingForRoom]).toEqual([[], [], 2]);
     producer.admits = null;
     await sleep(20);
-    expect([first.answers, second.answers, producer.taken, h.waitingForRoom]).toEqual([[{ status: 202, stopReading: false }], [{ status: 202, stopReading: false }], 3, 0]);
+    expect([first.answers, second.answers, producer.taken, h.waitingForRoom]).toEqual([
+      [{ status: 202, stopReading: false }],
+      [{ status: 202, stopReading: false }],
+      3,
+      0,
+    ]);
   });
 
   it('answers queue_full after QUEUE_FULL_WAIT_MS without room, and a request read whole that did not fit waits too', async () => {
@@ -181,7 +195,10 @@ describe('TrackHandler: requests refused for their content, handed to the refuse
   function keeping() {
     const kept: RefusedRequest[] = [];
     const producer = new FakeSink();
-    const h = new TrackHandler(loadConfig({ MAX_BODY_BYTES: '4096', MQ_REFUSED_TOPIC: 'refused' }), producer, createWorkerMetrics('t'), { admit: () => true, keep: (r) => void kept.push(r) });
+    const h = new TrackHandler(loadConfig({ MAX_BODY_BYTES: '4096', MQ_REFUSED_TOPIC: 'refused' }), producer, createWorkerMetrics('t'), {
+      admit: () => true,
+      keep: (r) => void kept.push(r),
+    });
     return { h, producer, kept };
   }
 
@@ -206,7 +223,13 @@ describe('TrackHandler: requests refused for their content, handed to the refuse
       ['validation_failed', 400, '[{"container_id":"c1","lat":95,"lon":0,"timestamp":"2024-05-01T12:00:00Z"}]', 75, '192.0.2.7'],
       ['validation_failed', 400, gzipSync(Buffer.from('[1,2]')).toString(), expect.any(Number), '192.0.2.7'],
     ]);
-    expect([kept[0]!.contentType, kept[1]!.contentEncoding, kept[3]!.partial, kept[5]!.details?.[0]?.field, kept[6]!.decoded?.toString()]).toEqual(['text/csv', 'br', true, 'lat', '[1,2]']);
+    expect([kept[0]!.contentType, kept[1]!.contentEncoding, kept[3]!.partial, kept[5]!.details?.[0]?.field, kept[6]!.decoded?.toString()]).toEqual([
+      'text/csv',
+      'br',
+      true,
+      'lat',
+      '[1,2]',
+    ]);
   });
 
   it('over the rate, gathers nothing of the request (not even what was read) and answers the same', () => {

@@ -28,7 +28,7 @@ describe('the uWebSockets.js build', () => {
     expect(build.version).toBe(major > 2 || (major === 2 && minor >= 38) ? '20.57.0' : '20.30.0');
   });
 
-  it('tries v20.57 first, then v20.30, each binary for the runtime\'s ABI by its path', () => {
+  it("tries v20.57 first, then v20.30, each binary for the runtime's ABI by its path", () => {
     const tried: string[] = [];
     const build = chooseUwsBuild(runtime({ node: 'v20.20.2', abi: '115' }), (path) => {
       tried.push(path);
@@ -39,7 +39,7 @@ describe('the uWebSockets.js build', () => {
     expect(tried.map((p) => p.split('node_modules/')[1])).toEqual(['uWebSockets.js/uws_linux_x64_115.node', 'uws-20.30/binaries/uws_linux_x64_115.node']);
   });
 
-  it('where none loads, says which Node and glibc, and what to install, with each build\'s own error', () => {
+  it("where none loads, says which Node and glibc, and what to install, with each build's own error", () => {
     let attempts: unknown;
     try {
       chooseUwsBuild(runtime({}), nothingLoads);

@@ -43,7 +43,10 @@ describe('WaitingRoom', () => {
     expect(room.mayWait(null)).toBe(true);
     q.room = 2;
     await sleep(20);
-    expect(q.released.map((r) => [r.id, r.refusal])).toEqual([['a', null], ['b', null]]);
+    expect(q.released.map((r) => [r.id, r.refusal])).toEqual([
+      ['a', null],
+      ['b', null],
+    ]);
     expect(room.size).toBe(1);
     q.room = 1;
     await sleep(20);
@@ -70,7 +73,10 @@ describe('WaitingRoom', () => {
     room.enter(waiter('b', q));
     q.refusal = 'shutting_down';
     await sleep(20);
-    expect(q.released.map((r) => [r.id, r.refusal])).toEqual([['a', 'shutting_down'], ['b', 'shutting_down']]);
+    expect(q.released.map((r) => [r.id, r.refusal])).toEqual([
+      ['a', 'shutting_down'],
+      ['b', 'shutting_down'],
+    ]);
     expect(room.mayWait('broker_unavailable')).toBe(false);
   });
 

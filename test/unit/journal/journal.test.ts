@@ -1,7 +1,21 @@
 // The write-ahead journal on its own: records written before the answer, marked done as Kafka
 // acknowledges them, segments deleted once done, and what a crashed process left read back, torn
 // and damaged records counted and skipped, each costing itself alone.
-import { appendFileSync, closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, statSync, truncateSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import {
+  appendFileSync,
+  closeSync,
+  existsSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  statSync,
+  truncateSync,
+  unlinkSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { pbkdf2 } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,7 +34,13 @@ const dir = () => mkdtempSync(join(tmpdir(), 'journal-unit-'));
 /** A journal opened as the next process of the slot opens it (the one before is gone). */
 const open = (d: string, over: Partial<OpenOptions> = {}) => {
   const corrupt: string[] = [];
-  const { journal } = openJournal({ dir: d, maxBytes: 64 * 1024 * 1024, sync: 'process', onDamage: (_f, at, _records, what) => corrupt.push(`${at}: ${what}`), ...over });
+  const { journal } = openJournal({
+    dir: d,
+    maxBytes: 64 * 1024 * 1024,
+    sync: 'process',
+    onDamage: (_f, at, _records, what) => corrupt.push(`${at}: ${what}`),
+    ...over,
+  });
   return { journal, corrupt };
 };
 /** A journal directory's files, but the slots' locks. */
@@ -55,21 +75,28 @@ function holdThreadpool(): Promise<unknown> {
 }
 
 describe('Journal', () => {
-  it.each([true, false])('gives a record this process appended back as it was appended (mapped %s): read back from its file, viewed in its mapping, after the segment rolled over too', (mapped) => {
-    const d = dir();
-    const { journal } = open(d, { mapSegments: mapped, segmentBytes: 8192 });
-    const batches = Array.from({ length: 40 }, (_, i) => batch(`rb${i}`, 1 + (i % 5)));
-    const records = batches.map((b, i) => journal.append(b, 1_000 + i));
-    expect(new Set(records.map((r) => r.segment.seq)).size).toBeGreaterThan(1); // some segments sealed
-    records.forEach((record, i) => {
-      const back = journal.readBack(record);
-      expect([keys(back), back.timestamp, messagesOf(back).values.map(String)]).toEqual([keys(batches[i]!), 1_000 + i, messagesOf(batches[i]!).values.map(String)]);
-      const view = journal.view(record);
-      if (record.segment.map === null) expect(view).toBeNull();
-      else expect([keys(view!), messagesOf(view!).values.map(String)]).toEqual([keys(batches[i]!), messagesOf(batches[i]!).values.map(String)]);
-    });
-    if (mapped && mappableFileSystem(d) !== null) expect(records.some((r) => journal.view(r) !== null)).toBe(true);
-  });
+  it.each([true, false])(
+    'gives a record this process appended back as it was appended (mapped %s): read back from its file, viewed in its mapping, after the segment rolled over too',
+    (mapped) => {
+      const d = dir();
+      const { journal } = open(d, { mapSegments: mapped, segmentBytes: 8192 });
+      const batches = Array.from({ length: 40 }, (_, i) => batch(`rb${i}`, 1 + (i % 5)));
+      const records = batches.map((b, i) => journal.append(b, 1_000 + i));
+      expect(new Set(records.map((r) => r.segment.seq)).size).toBeGreaterThan(1); // some segments sealed
+      records.forEach((record, i) => {
+        const back = journal.readBack(record);
+        expect([keys(back), back.timestamp, messagesOf(back).values.map(String)]).toEqual([
+          keys(batches[i]!),
+          1_000 + i,
+          messagesOf(batches[i]!).values.map(String),
+        ]);
+        const view = journal.view(record);
+        if (record.segment.map === null) expect(view).toBeNull();
+        else expect([keys(view!), messagesOf(view!).values.map(String)]).toEqual([keys(batches[i]!), messagesOf(batches[i]!).values.map(String)]);
+      });
+      if (mapped && mappableFileSystem(d) !== null) expect(records.some((r) => journal.view(r) !== null)).toBe(true);
+    },
+  );
 
   it('writes each record before it returns, whole and readable: the bytes on disk are the record', () => {
     const d = dir();
@@ -87,61 +114,76 @@ describe('Journal', () => {
     expect([r.points, r.remaining, journal.records, journal.bytes]).toEqual([3, 3, 1, bytes.byteLength]);
   });
 
-  it.runIf(mappableFileSystem(tmpdir()) !== null)('copies each record into a segment file allocated whole and mapped: on disk at once, without a close, zeros after it', () => {
-    const d = dir();
-    const { journal } = open(d, { maxBytes: 4 * 1024 * 1024 });
-    const b = batch('a', 3);
-    journal.append(b, 1_700_000_000_123);
-    journal.append(batch('b', 1), 1_700_000_000_124);
-    expect(journal.mappedOn).toBe(mappableFileSystem(d));
-    // Read through the file, not the mapping, as the next process after a crash does.
-    const [file] = segments(d);
-    const bytes = readFileSync(join(d, file!));
-    const used = recordBytes(b) + recordBytes(batch('b', 1));
-    expect(bytes.byteLength).toBe(4 * 1024 * 1024); // the segment's capacity: JOURNAL_MAX_BYTES, below 16 MiB
-    expect(bytes.subarray(used).equals(Buffer.alloc(bytes.byteLength - used))).toBe(true);
-    // Two records, then zeros: the end, not damage.
-    const items = scan(bytes);
-    expect(items.map((i) => (i.kind === 'record' ? [i.index, keys(i.record), i.record.timestamp] : i.kind))).toEqual([[0, ['a-0', 'a-1', 'a-2'], 1_700_000_000_123], [1, ['b-0'], 1_700_000_000_124]]);
-    // The limit counts records, not the allocated file; a restart counts the same.
-    expect(journal.bytes).toBe(used);
-    const after = open(d).journal;
-    expect([after.bytes, after.records]).toEqual([used, 2]);
-    expect(recovered(after).map((r) => r.keys)).toEqual([['a-0', 'a-1', 'a-2'], ['b-0']]);
-  });
+  it.runIf(mappableFileSystem(tmpdir()) !== null)(
+    'copies each record into a segment file allocated whole and mapped: on disk at once, without a close, zeros after it',
+    () => {
+      const d = dir();
+      const { journal } = open(d, { maxBytes: 4 * 1024 * 1024 });
+      const b = batch('a', 3);
+      journal.append(b, 1_700_000_000_123);
+      journal.append(batch('b', 1), 1_700_000_000_124);
+      expect(journal.mappedOn).toBe(mappableFileSystem(d));
+      // Read through the file, not the mapping, as the next process after a crash does.
+      const [file] = segments(d);
+      const bytes = readFileSync(join(d, file!));
+      const used = recordBytes(b) + recordBytes(batch('b', 1));
+      expect(bytes.byteLength).toBe(4 * 1024 * 1024); // the segment's capacity: JOURNAL_MAX_BYTES, below 16 MiB
+      expect(bytes.subarray(used).equals(Buffer.alloc(bytes.byteLength - used))).toBe(true);
+      // Two records, then zeros: the end, not damage.
+      const items = scan(bytes);
+      expect(items.map((i) => (i.kind === 'record' ? [i.index, keys(i.record), i.record.timestamp] : i.kind))).toEqual([
+        [0, ['a-0', 'a-1', 'a-2'], 1_700_000_000_123],
+        [1, ['b-0'], 1_700_000_000_124],
+      ]);
+      // The limit counts records, not the allocated file; a restart counts the same.
+      expect(journal.bytes).toBe(used);
+      const after = open(d).journal;
+      expect([after.bytes, after.records]).toEqual([used, 2]);
+      expect(recovered(after).map((r) => r.keys)).toEqual([['a-0', 'a-1', 'a-2'], ['b-0']]);
+    },
+  );
 
-  it.runIf(mappableFileSystem(tmpdir()) !== null && existsSync('/proc/self/maps'))('keeps at most three segments mapped however many it holds (an outage), and none once closed', () => {
-    const d = dir();
-    const mapped = () => readFileSync('/proc/self/maps', 'utf8').split('\n').filter((l) => l.includes(d)).length;
-    const { journal } = open(d, { maxBytes: 128 * 1024 * 1024 });
-    const big = batch('big', 5000); // about 0.5 MB a record: 5 segments of 16 MiB
-    const records = Array.from({ length: Math.ceil((5 * SEGMENT_MAX_BYTES) / recordBytes(big)) }, () => journal.append(big, 1));
-    expect(readdirSync(d).filter((n) => n.endsWith('.wal')).length).toBeGreaterThanOrEqual(5);
-    expect(mapped()).toBeLessThanOrEqual(3);
-    for (const r of records) journal.acknowledged(r.id, big.count);
-    expect(mapped()).toBeLessThanOrEqual(3);
-    journal.close();
-    expect(mapped()).toBe(0);
-  });
+  it.runIf(mappableFileSystem(tmpdir()) !== null && existsSync('/proc/self/maps'))(
+    'keeps at most three segments mapped however many it holds (an outage), and none once closed',
+    () => {
+      const d = dir();
+      const mapped = () =>
+        readFileSync('/proc/self/maps', 'utf8')
+          .split('\n')
+          .filter((l) => l.includes(d)).length;
+      const { journal } = open(d, { maxBytes: 128 * 1024 * 1024 });
+      const big = batch('big', 5000); // about 0.5 MB a record: 5 segments of 16 MiB
+      const records = Array.from({ length: Math.ceil((5 * SEGMENT_MAX_BYTES) / recordBytes(big)) }, () => journal.append(big, 1));
+      expect(readdirSync(d).filter((n) => n.endsWith('.wal')).length).toBeGreaterThanOrEqual(5);
+      expect(mapped()).toBeLessThanOrEqual(3);
+      for (const r of records) journal.acknowledged(r.id, big.count);
+      expect(mapped()).toBeLessThanOrEqual(3);
+      journal.close();
+      expect(mapped()).toBe(0);
+    },
+  );
 
-  it.runIf(mappableFileSystem(tmpdir()) !== null)('after a crash in the middle of a copy into a mapped segment, reads the records before it and counts the torn one', () => {
-    const d = dir();
-    const { journal: first } = open(d);
-    for (const t of ['a', 'b', 'c']) first.append(batch(t, 2), 7);
-    // What a process killed during its third copy leaves: the head of a record, then nothing (the
-    // zeros of the file allocated whole).
-    const file = join(d, segments(d)[0]!);
-    const bytes = readFileSync(file);
-    const third = recordBytes(batch('a', 2)) * 2;
-    const fd = openSync(file, 'r+');
-    writeSync(fd, Buffer.alloc(first.bytes - third - 60), 0, first.bytes - third - 60, third + 60);
-    closeSync(fd);
-    expect(bytes.subarray(third, third + 4).toString()).toBe('TIJ3');
-    const { journal, corrupt } = open(d);
-    expect(recovered(journal).map((r) => r.keys[0])).toEqual(['a-0', 'b-0']);
-    expect(journal.damagedRecords).toBe(1);
-    expect(corrupt[0]).toMatch(/record 2: its body's checksum does not match/);
-  });
+  it.runIf(mappableFileSystem(tmpdir()) !== null)(
+    'after a crash in the middle of a copy into a mapped segment, reads the records before it and counts the torn one',
+    () => {
+      const d = dir();
+      const { journal: first } = open(d);
+      for (const t of ['a', 'b', 'c']) first.append(batch(t, 2), 7);
+      // What a process killed during its third copy leaves: the head of a record, then nothing (the
+      // zeros of the file allocated whole).
+      const file = join(d, segments(d)[0]!);
+      const bytes = readFileSync(file);
+      const third = recordBytes(batch('a', 2)) * 2;
+      const fd = openSync(file, 'r+');
+      writeSync(fd, Buffer.alloc(first.bytes - third - 60), 0, first.bytes - third - 60, third + 60);
+      closeSync(fd);
+      expect(bytes.subarray(third, third + 4).toString()).toBe('TIJ3');
+      const { journal, corrupt } = open(d);
+      expect(recovered(journal).map((r) => r.keys[0])).toEqual(['a-0', 'b-0']);
+      expect(journal.damagedRecords).toBe(1);
+      expect(corrupt[0]).toMatch(/record 2: its body's checksum does not match/);
+    },
+  );
 
   it('reads the records of the versions before ("TIJ1", zlib CRC-32; "TIJ2", CRC-32C; no index): an upgrade recovers what they left', () => {
     for (const magic of ['TIJ1', 'TIJ2'] as const) {
@@ -159,9 +201,18 @@ describe('Journal', () => {
         head.writeUInt32LE(((magic === 'TIJ1' ? crc32(body) : crc32c(body)) ^ (damaged ? 1 : 0)) >>> 0, 4);
         return Buffer.concat([head, b.data]);
       };
-      writeFileSync(join(d, 'slot-0.000000000000.wal'), Buffer.concat([legacy(batch('old', 2), 5, false), legacy(batch('damaged', 1), 6, true), legacy(batch('after', 1), 7, false)]));
+      writeFileSync(
+        join(d, 'slot-0.000000000000.wal'),
+        Buffer.concat([legacy(batch('old', 2), 5, false), legacy(batch('damaged', 1), 6, true), legacy(batch('after', 1), 7, false)]),
+      );
       const { journal } = open(d);
-      expect(recovered(journal).map((r) => [r.keys, r.timestamp]), magic).toEqual([[['old-0', 'old-1'], 5], [['after-0'], 7]]);
+      expect(
+        recovered(journal).map((r) => [r.keys, r.timestamp]),
+        magic,
+      ).toEqual([
+        [['old-0', 'old-1'], 5],
+        [['after-0'], 7],
+      ]);
       expect(journal.damagedRecords, magic).toBe(1);
     }
   });
@@ -188,7 +239,10 @@ describe('Journal', () => {
     first.close();
     // What a power cut may leave of marks never synced: the file's size kept over data that was not
     // (zeros, which once read as "record 0 is done"), and a mark torn in half.
-    const marks = join(d, readdirSync(d).find((n) => n.endsWith('.done'))!);
+    const marks = join(
+      d,
+      readdirSync(d).find((n) => n.endsWith('.done'))!,
+    );
     const good = readFileSync(marks);
     const torn = Buffer.from(encodeMarks(0, [2]));
     torn.writeUInt16LE(0, 6);
@@ -211,7 +265,11 @@ describe('Journal', () => {
     const { journal } = open(d);
     expect(journal.recovering).toBe(true);
     const again = recovered(journal);
-    expect(again.map((r) => [r.keys[0], r.timestamp])).toEqual([['a-0', 1_000], ['c-0', 1_002], ['d-0', 1_003]]);
+    expect(again.map((r) => [r.keys[0], r.timestamp])).toEqual([
+      ['a-0', 1_000],
+      ['c-0', 1_002],
+      ['d-0', 1_003],
+    ]);
     expect(journal.recovering).toBe(false);
     for (const r of again) journal.acknowledged(r.id, 2);
     // No records left: the recovered segment and its marks are deleted (an earlier process's file is
@@ -259,7 +317,7 @@ describe('Journal', () => {
     expect([journal.damagedRecords, corrupt]).toEqual([0, []]);
   });
 
-  it('counts at open only the records of a segment\'s own number, not those of the spare it was written over (the metrics and the limit)', () => {
+  it("counts at open only the records of a segment's own number, not those of the spare it was written over (the metrics and the limit)", () => {
     const d = dir();
     const first = open(d).journal;
     // Two records of 0.6 MB, acknowledged: the segment, done and over 1 MiB, is kept as a spare.
@@ -400,7 +458,9 @@ describe('Journal', () => {
     writeFileSync(join(d, 'worker-0.000000000003.spill'), Buffer.concat([legacy('k1', '{"v":1}', 11), legacy('k2', '{"v":2}', 12)]));
     const { journal } = open(d);
     const again = journal.nextRecovered(10);
-    expect(again.map((r) => [keys(r.record)[0], r.record.timestamp, Buffer.from(r.record.data.subarray(r.record.messages[0], r.record.messages[1])).toString()])).toEqual([
+    expect(
+      again.map((r) => [keys(r.record)[0], r.record.timestamp, Buffer.from(r.record.data.subarray(r.record.messages[0], r.record.messages[1])).toString()]),
+    ).toEqual([
       ['k1', 11, '{"v":1}'],
       ['k2', 12, '{"v":2}'],
     ]);
@@ -442,7 +502,7 @@ describe('Journal', () => {
     await busy;
   });
 
-  it('syncs a record appended while its segment\'s fdatasync waited, when Kafka finishes the segment before the next commit (JOURNAL_SYNC=disk)', async () => {
+  it("syncs a record appended while its segment's fdatasync waited, when Kafka finishes the segment before the next commit (JOURNAL_SYNC=disk)", async () => {
     const d = dir();
     const { journal } = open(d, { sync: 'disk' });
     const busy = holdThreadpool(); // the fdatasyncs wait behind it
@@ -487,7 +547,7 @@ describe('Journal', () => {
     journal.close();
   });
 
-  it('reports each group commit\'s duration, one per commit (JOURNAL_SYNC=disk): the metric of the disk\'s share of a 202', async () => {
+  it("reports each group commit's duration, one per commit (JOURNAL_SYNC=disk): the metric of the disk's share of a 202", async () => {
     const durations: number[] = [];
     const { journal } = open(dir(), { sync: 'disk', onCommit: (s) => durations.push(s) });
     const commit = () => new Promise((resolve) => journal.afterCommit(resolve));
@@ -529,6 +589,8 @@ describe('Journal', () => {
     const file = join(dir(), 'a-file');
     writeFileSync(file, '');
     const claim = { slot: 0, slots: new Set([0]) }; // the lock could not be taken there either: the primary stops first (exit 2)
-    expect(() => new Journal({ dir: join(file, 'journal'), claim, maxBytes: 1 << 26, sync: 'process' })).toThrow(/cannot use the journal directory .*a-file\/journal \(JOURNAL_DIR\)/);
+    expect(() => new Journal({ dir: join(file, 'journal'), claim, maxBytes: 1 << 26, sync: 'process' })).toThrow(
+      /cannot use the journal directory .*a-file\/journal \(JOURNAL_DIR\)/,
+    );
   });
 });

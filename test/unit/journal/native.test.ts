@@ -46,21 +46,24 @@ describe('journal natives (native/journal-files)', () => {
     expect(addon.crc32c(new Uint8Array(0), undefined)).toBe(0);
   });
 
-  it.runIf(mappableFileSystem(tmpdir()) !== null)('maps a segment shared with its file: what is copied in is in the file, allocated whole; unmapped, the view is empty', () => {
-    const path = join(mkdtempSync(join(tmpdir(), 'native-')), 'segment');
-    writeFileSync(path, '');
-    const fd = openSync(path, 'r+');
-    const map = mapSegment(fd, 1 << 20);
-    expect(map).not.toBeNull();
-    map!.set(Buffer.from('record'), 4096);
-    const file = readFileSync(path);
-    expect(file.byteLength).toBe(1 << 20);
-    expect(file.subarray(4096, 4102).toString()).toBe('record');
-    unmapSegment(map!);
-    expect(map!.byteLength).toBe(0);
-    unmapSegment(map!); // twice: nothing to unmap, no crash
-    closeSync(fd);
-  });
+  it.runIf(mappableFileSystem(tmpdir()) !== null)(
+    'maps a segment shared with its file: what is copied in is in the file, allocated whole; unmapped, the view is empty',
+    () => {
+      const path = join(mkdtempSync(join(tmpdir(), 'native-')), 'segment');
+      writeFileSync(path, '');
+      const fd = openSync(path, 'r+');
+      const map = mapSegment(fd, 1 << 20);
+      expect(map).not.toBeNull();
+      map!.set(Buffer.from('record'), 4096);
+      const file = readFileSync(path);
+      expect(file.byteLength).toBe(1 << 20);
+      expect(file.subarray(4096, 4102).toString()).toBe('record');
+      unmapSegment(map!);
+      expect(map!.byteLength).toBe(0);
+      unmapSegment(map!); // twice: nothing to unmap, no crash
+      closeSync(fd);
+    },
+  );
 
   it('gives null, not a throw, when a segment cannot be allocated and mapped (a bad descriptor)', () => {
     expect(mapSegment(987654, 4096)).toBeNull();

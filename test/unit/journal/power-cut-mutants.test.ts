@@ -54,7 +54,7 @@ const MUTANTS: readonly Mutant[] = [
     name: "a failed fdatasync forgotten: the next commit's sync answers its requests (fsyncgate)",
     file: 'group-commit.ts',
     from: '      if (err !== null && failure === null) failure = syncError(err, what);',
-    to: '      if (err !== null && failure === null && what === \'\') failure = syncError(err, what);',
+    to: "      if (err !== null && failure === null && what === '') failure = syncError(err, what);",
   },
   {
     name: "the journal directory's entry not made durable (no fsync of its parent)",

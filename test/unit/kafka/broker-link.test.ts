@@ -12,7 +12,10 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function logged() {
   const lines: { msg: string; brokers?: string; level: number }[] = [];
-  const log = pino({ level: 'debug' }, new Writable({ write: (chunk: Buffer, _enc, done) => (lines.push(JSON.parse(chunk.toString()) as (typeof lines)[number]), done()) }));
+  const log = pino(
+    { level: 'debug' },
+    new Writable({ write: (chunk: Buffer, _enc, done) => (lines.push(JSON.parse(chunk.toString()) as (typeof lines)[number]), done()) }),
+  );
   return { log, lines };
 }
 
@@ -28,7 +31,13 @@ describe('BrokerLink without a broker', () => {
     producer.connect = (...args: Parameters<typeof connect>) => (attempts++, connect(...args));
     const { log, lines } = logged();
     let changed = 0;
-    const link = new BrokerLink(producer, new BrokerState({ brokers, topic: 't', graceMs: 1_000 }), { brokers, topic: 't', log, changed: () => changed++, connectTimeoutMs: 300 });
+    const link = new BrokerLink(producer, new BrokerState({ brokers, topic: 't', graceMs: 1_000 }), {
+      brokers,
+      topic: 't',
+      log,
+      changed: () => changed++,
+      connectTimeoutMs: 300,
+    });
     stop = () => link.stop();
 
     link.connect();
@@ -50,7 +59,12 @@ describe('BrokerLink without a broker', () => {
 
 describe('hasLeaders', () => {
   const metadata = (partitions: { leader: number }[], name = 't') =>
-    ({ orig_broker_id: 0, orig_broker_name: 'b', brokers: [], topics: [{ name, partitions: partitions.map((p, id) => ({ id, leader: p.leader, replicas: [], isrs: [] })) }] }) as Kafka.Metadata;
+    ({
+      orig_broker_id: 0,
+      orig_broker_name: 'b',
+      brokers: [],
+      topics: [{ name, partitions: partitions.map((p, id) => ({ id, leader: p.leader, replicas: [], isrs: [] })) }],
+    }) as Kafka.Metadata;
 
   it('is true once one partition of the topic has a leader', () => {
     expect(hasLeaders(metadata([{ leader: -1 }, { leader: 2 }]), 't')).toBe(true);

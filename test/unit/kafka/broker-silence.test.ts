@@ -3,7 +3,13 @@ import { describe, expect, it } from 'vitest';
 import { BrokerSilence, type BrokerStatsSample } from '../../../src/kafka/broker-silence.js';
 
 const GRACE = 5_000;
-const b = (nodeid: number, waitresp: number, rx: number, state = 'UP'): BrokerStatsSample => ({ name: `127.0.0.1:${nodeid}9092/${nodeid}`, nodeid, state, waitresp_cnt: waitresp, rx });
+const b = (nodeid: number, waitresp: number, rx: number, state = 'UP'): BrokerStatsSample => ({
+  name: `127.0.0.1:${nodeid}9092/${nodeid}`,
+  nodeid,
+  state,
+  waitresp_cnt: waitresp,
+  rx,
+});
 
 /** Feeds a snapshot every 100 ms from `from` to `to` (ms), with the brokers `at` gives for each time. */
 function feed(s: BrokerSilence, from: number, to: number, at: (t: number) => BrokerStatsSample[]): void {

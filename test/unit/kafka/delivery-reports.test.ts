@@ -8,7 +8,11 @@ import type { FailedMessage } from '../../../src/kafka/delivery-reports.js';
 import { createWorkerMetrics } from '../../../src/metrics/metrics.js';
 import { metricValue } from '../../helpers/service.js';
 
-const timedOut = Object.assign(new Error('Local: Message timed out'), { code: Kafka.CODES.ERRORS.ERR__MSG_TIMED_OUT, errno: Kafka.CODES.ERRORS.ERR__MSG_TIMED_OUT, origin: 'local' }) as Kafka.LibrdKafkaError;
+const timedOut = Object.assign(new Error('Local: Message timed out'), {
+  code: Kafka.CODES.ERRORS.ERR__MSG_TIMED_OUT,
+  errno: Kafka.CODES.ERRORS.ERR__MSG_TIMED_OUT,
+  origin: 'local',
+}) as Kafka.LibrdKafkaError;
 const report = (over: Partial<Kafka.DeliveryReport>): Kafka.DeliveryReport => ({ topic: 't', partition: 0, offset: 0, size: 1, ...over });
 
 function setup() {

@@ -26,7 +26,10 @@ describe('TicketDeadlines', () => {
     expect(settled).toEqual([]);
     now = 2_500;
     deadlines.sweep();
-    expect(settled.map((t) => [t.failed, t.uncertain, t.settled])).toEqual([[1, 1, true], [3, 3, true]]);
+    expect(settled.map((t) => [t.failed, t.uncertain, t.settled])).toEqual([
+      [1, 1, true],
+      [3, 3, true],
+    ]);
     expect(settled[0]!.firstError).toMatch(/no delivery report within DELIVERY_TIMEOUT_MS \+ 500 ms/);
     expect(deadlines.size).toBe(0);
   });

@@ -14,7 +14,11 @@ const broker = (nodeid: number, over: Partial<BrokerStats> = {}): BrokerStats =>
   txretries: 0,
   ...over,
 });
-const stats = (brokers: BrokerStats[], partitions: Record<string, { partition: number; leader: number }> = {}, batchcnt?: { avg: number; cnt: number }): Statistics => ({
+const stats = (
+  brokers: BrokerStats[],
+  partitions: Record<string, { partition: number; leader: number }> = {},
+  batchcnt?: { avg: number; cnt: number },
+): Statistics => ({
   ts: 0,
   msg_cnt: 0,
   msg_size: 0,
@@ -37,7 +41,7 @@ describe('realBrokers and topicLeaders', () => {
 });
 
 describe('StatisticsExporter', () => {
-  it('sets brokers up, round trip, in-flight requests, batch size and the latency estimate (the slowest broker\'s sum of its three windows)', async () => {
+  it("sets brokers up, round trip, in-flight requests, batch size and the latency estimate (the slowest broker's sum of its three windows)", async () => {
     const metrics = createWorkerMetrics('w');
     const exporter = new StatisticsExporter(metrics, 't');
     exporter.export(
@@ -60,7 +64,7 @@ describe('StatisticsExporter', () => {
     expect(metricValue(text, 'ingest_delivery_latency_estimate_seconds{quantile="0.99"}')).toBeCloseTo(0.013);
   });
 
-  it('counts retries as increments of librdkafka\'s running totals, per broker', async () => {
+  it("counts retries as increments of librdkafka's running totals, per broker", async () => {
     const metrics = createWorkerMetrics('w');
     const exporter = new StatisticsExporter(metrics, 't');
     for (const total of [0, 3, 3, 10]) exporter.export(stats([broker(1, { txretries: total })]));

@@ -39,7 +39,7 @@ describe('CountedHistogram', () => {
     );
   });
 
-  it('aggregates over workers as prom-client does (the primary merges the workers\' JSON)', async () => {
+  it("aggregates over workers as prom-client does (the primary merges the workers' JSON)", async () => {
     await fc.assert(
       fc.asyncProperty(fc.array(value, { maxLength: 100 }), fc.array(value, { maxLength: 100 }), async (a, b) => {
         const w1 = both(a);
@@ -52,7 +52,7 @@ describe('CountedHistogram', () => {
     );
   });
 
-  it('counts a value on a bound in that bound\'s bucket, and starts again at reset', async () => {
+  it("counts a value on a bound in that bound's bucket, and starts again at reset", async () => {
     const { ours, counted } = both([0.001, 0.001, 0.0010000000000000002, 2]);
     const text = await ours.metrics();
     expect(text).toContain('x_seconds_bucket{le="0.0005"} 0\n');

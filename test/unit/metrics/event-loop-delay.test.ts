@@ -61,7 +61,10 @@ describe('the event-loop metrics of a worker', () => {
     const text = await metrics.registry.metrics();
     metrics.loopDelay.stop();
     for (const s of ['min', 'max', 'mean', 'stddev', 'p50', 'p90', 'p99']) {
-      expect(text.split('\n').filter((l) => l.startsWith(`ingest_nodejs_eventloop_lag_${s}_seconds{`)), s).toHaveLength(1);
+      expect(
+        text.split('\n').filter((l) => l.startsWith(`ingest_nodejs_eventloop_lag_${s}_seconds{`)),
+        s,
+      ).toHaveLength(1);
     }
     expect(metricValue(text, 'ingest_nodejs_eventloop_lag_p50_seconds{worker="7"}')).toBeLessThan(0.002);
   });

@@ -110,7 +110,13 @@ describe('the message of a refused request', () => {
     const { k, sent } = keeper();
     k.keep(request({ code: 'unsupported_media_type', status: 415, received: null, contentType: 'text/csv', sentBytes: 1234 }));
     const m = sent[0]!;
-    expect([m.key, m.value.byteLength, header(m, 'content.type'), header(m, 'body.sent_bytes'), header(m, 'body.kept')]).toEqual([null, 0, 'text/csv', '1234', 'none: refused from its headers, the body was not read']);
+    expect([m.key, m.value.byteLength, header(m, 'content.type'), header(m, 'body.sent_bytes'), header(m, 'body.kept')]).toEqual([
+      null,
+      0,
+      'text/csv',
+      '1234',
+      'none: refused from its headers, the body was not read',
+    ]);
   });
 
   it('says when the body was not read to its end', () => {

@@ -5,11 +5,15 @@ import { messagesOf } from '../../../support/messages.js';
 import type { TrackPoint } from '../../../src/track-point/schema.js';
 
 const point = (over: Partial<TrackPoint> = {}): TrackPoint => ({
-  container_id: 'MSCU1234567', lat: 51.9, lon: 4.4, timestamp: '2024-05-01T12:00:00.5+02:00', speed: 0, ...over,
+  container_id: 'MSCU1234567',
+  lat: 51.9,
+  lon: 4.4,
+  timestamp: '2024-05-01T12:00:00.5+02:00',
+  speed: 0,
+  ...over,
 });
 /** What a generic serializer would write: the fixed-shape one must be byte-identical. */
-const reference = (p: TrackPoint) =>
-  JSON.stringify({ container_id: p.container_id, lat: p.lat, lon: p.lon, timestamp: p.timestamp, speed: p.speed });
+const reference = (p: TrackPoint) => JSON.stringify({ container_id: p.container_id, lat: p.lat, lon: p.lon, timestamp: p.timestamp, speed: p.speed });
 
 describe('encodePoints: the value', () => {
   it.each([
@@ -52,7 +56,25 @@ describe('encodePoints: numbers, written digit by digit', () => {
   const anyNumber = fc.oneof(
     fc.double({ noNaN: true, noDefaultInfinity: true }),
     ...[0, 1, 2, 5, 6, 7, 8, 9].map(decimal),
-    fc.constantFrom(0, -0, 1e-6, -1e-6, 1e-7, 9e-7, 1.5e-6, 1e15, 1e15 - 1, 999999999.9999999, 99999999.9999999, 1e21, 1e-300, 5e-324, Number.MAX_VALUE, 90, -180),
+    fc.constantFrom(
+      0,
+      -0,
+      1e-6,
+      -1e-6,
+      1e-7,
+      9e-7,
+      1.5e-6,
+      1e15,
+      1e15 - 1,
+      999999999.9999999,
+      99999999.9999999,
+      1e21,
+      1e-300,
+      5e-324,
+      Number.MAX_VALUE,
+      90,
+      -180,
+    ),
   );
 
   it('match JSON.stringify for any finite number in any field, up to and beyond seven decimals', () => {
@@ -73,7 +95,12 @@ describe('encodePoints: the keys', () => {
   it('are the container ids in UTF-8, after the values, each converted on its own', () => {
     // 'a\ud800' + '\udc00b' would join into one surrogate pair if written together: each key stays
     // what produce() made of it alone (a lone surrogate becomes U+FFFD), as before produceBatch.
-    const points = [point({ container_id: '集装箱' }), point({ container_id: 'a\ud800' }), point({ container_id: '\udc00b' }), point({ container_id: 'plain' })];
+    const points = [
+      point({ container_id: '集装箱' }),
+      point({ container_id: 'a\ud800' }),
+      point({ container_id: '\udc00b' }),
+      point({ container_id: 'plain' }),
+    ];
     const batch = encodePoints(points);
     expect(messagesOf(batch).keys).toEqual(points.map((p) => Buffer.from(p.container_id).toString()));
     expect(messagesOf(batch).keys.slice(1, 3)).toEqual(['a\ufffd', '\ufffdb']);

@@ -14,24 +14,38 @@ const number = fc.oneof(
   fc.constantFrom(-180.0000001, -180, -90.0000001, -90, -0, 0, 5e-324, 90, 90.0000001, 180, 180.0000001, -1e-300),
   fc.double({ min: -200, max: 200, noNaN: true }),
 );
-const containerId = fc.oneof(fc.string({ minLength: 0, maxLength: 70 }), fc.string({ unit: 'grapheme', maxLength: 40 }), fc.constantFrom('', 'x'.repeat(64), 'x'.repeat(65), '\ud800'));
-const timestamp = fc.oneof(fc.constantFrom('2024-05-01T12:00:00Z', '2024-02-30T12:00:00Z', '1990-12-31T23:59:60Z', '2024-05-01 12:00:00Z', ''), fc.date({ noInvalidDate: true }).map((d) => d.toISOString()), fc.string());
+const containerId = fc.oneof(
+  fc.string({ minLength: 0, maxLength: 70 }),
+  fc.string({ unit: 'grapheme', maxLength: 40 }),
+  fc.constantFrom('', 'x'.repeat(64), 'x'.repeat(65), '\ud800'),
+);
+const timestamp = fc.oneof(
+  fc.constantFrom('2024-05-01T12:00:00Z', '2024-02-30T12:00:00Z', '1990-12-31T23:59:60Z', '2024-05-01 12:00:00Z', ''),
+  fc.date({ noInvalidDate: true }).map((d) => d.toISOString()),
+  fc.string(),
+);
 const field = <T>(valid: fc.Arbitrary<T>) => fc.oneof({ weight: 4, arbitrary: valid }, { weight: 1, arbitrary: anyJson });
 const point = fc.oneof(
-  { weight: 8, arbitrary: fc.record(
-    { container_id: field(containerId), lat: field(number), lon: field(number), timestamp: field(timestamp), speed: field(number), extra: anyJson },
-    { requiredKeys: [] },
-  ) },
+  {
+    weight: 8,
+    arbitrary: fc.record(
+      { container_id: field(containerId), lat: field(number), lon: field(number), timestamp: field(timestamp), speed: field(number), extra: anyJson },
+      { requiredKeys: [] },
+    ),
+  },
   { weight: 1, arbitrary: anyJson },
 );
 // Mostly valid points, so that whole requests pass too.
-const validPoint = fc.record({
-  container_id: fc.string({ minLength: 1, maxLength: 64 }),
-  lat: fc.double({ min: -90, max: 90, noNaN: true }),
-  lon: fc.double({ min: -180, max: 180, noNaN: true }),
-  timestamp: fc.date({ noInvalidDate: true, min: new Date(0), max: new Date(4e12) }).map((d) => d.toISOString()),
-  speed: fc.option(fc.double({ min: 0, max: 1e6, noNaN: true }), { nil: undefined }),
-}, { requiredKeys: ['container_id', 'lat', 'lon', 'timestamp'] });
+const validPoint = fc.record(
+  {
+    container_id: fc.string({ minLength: 1, maxLength: 64 }),
+    lat: fc.double({ min: -90, max: 90, noNaN: true }),
+    lon: fc.double({ min: -180, max: 180, noNaN: true }),
+    timestamp: fc.date({ noInvalidDate: true, min: new Date(0), max: new Date(4e12) }).map((d) => d.toISOString()),
+    speed: fc.option(fc.double({ min: 0, max: 1e6, noNaN: true }), { nil: undefined }),
+  },
+  { requiredKeys: ['container_id', 'lat', 'lon', 'timestamp'] },
+);
 
 /** Through JSON, as a request body arrives (undefined fields vanish, -0 stays -0 in a double). */
 const asParsed = (v: unknown) => JSON.parse(JSON.stringify(v) ?? 'null') as unknown[];
@@ -42,7 +56,7 @@ describe.each([
 ])('compileFastPath(TrackPointSchema), %s', (_name, generate) => {
   const fast = compileFastPath<TrackPoint>(TrackPointSchema, { generate });
 
-  it('accepts exactly the requests zod accepts, with zod\'s output', () => {
+  it("accepts exactly the requests zod accepts, with zod's output", () => {
     fc.assert(
       fc.property(fc.array(fc.oneof(point, validPoint), { minLength: 1, maxLength: 4 }), (raw) => {
         const input = asParsed(raw);
@@ -66,7 +80,6 @@ describe.each([
     }
     expect(fast(JSON.parse(`[{"container_id":"c","lat":1,"lon":0,"timestamp":"2024-05-01T12:00:00Z","speed":1e400}]`) as unknown[])).toBeNull();
   });
-
 });
 
 describe('compileFastPath', () => {
@@ -93,7 +106,14 @@ describe('compileFastPath', () => {
     expect([b?.acceptsAscii, n?.acceptsAscii]).toEqual([null, null]);
     const body = Buffer.from('xABCDabcx');
     // The string field's length bounds, then its refinement, on body[from, to).
-    for (const [from, to] of [[1, 2], [1, 3], [1, 5], [1, 6], [3, 6], [5, 8]] as const) {
+    for (const [from, to] of [
+      [1, 2],
+      [1, 3],
+      [1, 5],
+      [1, 6],
+      [3, 6],
+      [5, 8],
+    ] as const) {
       const text = body.toString('latin1', from, to);
       expect(a?.acceptsAscii?.(body, from, to), text).toBe(schema.shape.a.safeParse(text).success);
       expect(c?.acceptsAscii?.(body, from, to), text).toBe(schema.shape.c.safeParse(text).success);
@@ -127,7 +147,9 @@ describe('validatePoints: the refusal of a request', () => {
         expect(ours).toEqual({
           ok: false,
           invalidPoints: new Set(zods.error.issues.map((i) => i.path[0])).size,
-          details: issues.map((i) => (i.path[1] === undefined ? { index: i.path[0], message: i.message } : { index: i.path[0], field: String(i.path[1]), message: i.message })),
+          details: issues.map((i) =>
+            i.path[1] === undefined ? { index: i.path[0], message: i.message } : { index: i.path[0], field: String(i.path[1]), message: i.message },
+          ),
         });
       }),
       { numRuns: 2000 },

@@ -69,7 +69,13 @@ const metrics = createWorkerMetrics('properties');
 const post = (body: string | Buffer) => {
   const sink = new Sink();
   let out: TrackAnswer | null = null;
-  new TrackHandler(config, sink, metrics).take({ started: 0, aborted: () => false, answer: (a) => void (out = a), client: () => ({ address: '192.0.2.7', apiKeyName: null }) }, Buffer.isBuffer(body) ? body : Buffer.from(body), true, false, false);
+  new TrackHandler(config, sink, metrics).take(
+    { started: 0, aborted: () => false, answer: (a) => void (out = a), client: () => ({ address: '192.0.2.7', apiKeyName: null }) },
+    Buffer.isBuffer(body) ? body : Buffer.from(body),
+    true,
+    false,
+    false,
+  );
   if (out === null) throw new Error('no answer');
   return { out: out as TrackAnswer, sink };
 };
@@ -104,7 +110,11 @@ const mutations: [string, (p: Record<string, unknown>) => void, { field: string;
   ['empty container_id', (p) => (p.container_id = ''), { field: 'container_id', message: 'must not be empty' }],
   ['65-character container_id', (p) => (p.container_id = 'x'.repeat(65)), { field: 'container_id', message: 'must be at most 64 characters' }],
   ['31 April', (p) => (p.timestamp = '2024-04-31T00:00:00Z'), { field: 'timestamp', message: 'must be an RFC 3339 date-time such as 2024-05-01T12:00:00Z' }],
-  ['no offset', (p) => (p.timestamp = String(p.timestamp).replace(/([Zz]|[+-]\d\d:\d\d)$/, '')), { field: 'timestamp', message: 'must be an RFC 3339 date-time such as 2024-05-01T12:00:00Z' }],
+  [
+    'no offset',
+    (p) => (p.timestamp = String(p.timestamp).replace(/([Zz]|[+-]\d\d:\d\d)$/, '')),
+    { field: 'timestamp', message: 'must be an RFC 3339 date-time such as 2024-05-01T12:00:00Z' },
+  ],
 ];
 
 describe('a single broken rule', () => {
@@ -129,7 +139,9 @@ describe('arbitrary bodies', () => {
     const body = fc.oneof(
       fc.uint8Array({ maxLength: 300 }).map((b) => Buffer.from(b)),
       fc.jsonValue().map((v) => JSON.stringify(v) ?? ''),
-      fc.array(fc.dictionary(fc.constantFrom('container_id', 'lat', 'lon', 'timestamp', 'speed', '__proto__', 'x'), fc.jsonValue())).map((v) => JSON.stringify(v)),
+      fc
+        .array(fc.dictionary(fc.constantFrom('container_id', 'lat', 'lon', 'timestamp', 'speed', '__proto__', 'x'), fc.jsonValue()))
+        .map((v) => JSON.stringify(v)),
       fc.string().map((s) => `\ufeff${s}`),
     );
     fc.assert(

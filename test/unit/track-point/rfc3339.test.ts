@@ -73,8 +73,16 @@ describe('isRfc3339DateTime', () => {
 // The single pass checks a timestamp where it stands in the request body: the bytes form must read
 // nothing outside its range, whatever follows (a closing quote, or bytes that would complete it).
 describe('isRfc3339DateTimeAscii, on a range of a larger buffer', () => {
-  const ascii = [...valid, ...invalid].filter((s) => /^[\x00-\x7f]*$/.test(s));
-  const around: [string, string][] = [['', ''], ['"', '"'], ['{"timestamp":"', '","speed":1}'], ['x', 'Z'], ['x', '.5Z'], ['x', '+01:00'], ['x', '00:00Z']];
+  const ascii = [...valid, ...invalid].filter((s) => [...s].every((c) => c.charCodeAt(0) < 0x80));
+  const around: [string, string][] = [
+    ['', ''],
+    ['"', '"'],
+    ['{"timestamp":"', '","speed":1}'],
+    ['x', 'Z'],
+    ['x', '.5Z'],
+    ['x', '+01:00'],
+    ['x', '00:00Z'],
+  ];
   it.each(ascii)('agrees with the string form on %j', (s) => {
     for (const [before, after] of around) {
       const b = Buffer.from(before + s + after, 'latin1');

@@ -68,18 +68,21 @@ const ws = pick(
 const numberText = (x: number) =>
   pick(
     [20, fc.constant(JSON.stringify(x))],
-    [1, fc.constantFrom(
-    x.toFixed(1),
-    x.toFixed(7),
-    x.toFixed(12),
-    x.toExponential(),
-    x.toExponential().toUpperCase(),
-    x.toExponential().replace('e+', 'e'),
-    x.toPrecision(17),
-    String(-x),
-    x === 0 ? '-0' : `${x}0`,
-    x === 0 ? '0.000' : `0${x}`, // a leading zero: not JSON
-    )],
+    [
+      1,
+      fc.constantFrom(
+        x.toFixed(1),
+        x.toFixed(7),
+        x.toFixed(12),
+        x.toExponential(),
+        x.toExponential().toUpperCase(),
+        x.toExponential().replace('e+', 'e'),
+        x.toPrecision(17),
+        String(-x),
+        x === 0 ? '-0' : `${x}0`,
+        x === 0 ? '0.000' : `0${x}`, // a leading zero: not JSON
+      ),
+    ],
   );
 const coordinate = (range: number, min: number) =>
   pick(
@@ -98,17 +101,12 @@ const stringText = (s: string) =>
     JSON.stringify(s).replace(/a/g, '\\u0061'), // an escape for a plain letter
     JSON.stringify(s).replace(/[^\x20-\x7e]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`),
   );
-const containerId = pick(
-  [12, fc.stringMatching(/^[A-Z]{4}[0-9]{7}$/)],
-  [2, fc.string({ maxLength: 66 })],
-  [1, fc.string({ unit: 'grapheme', maxLength: 8 })],
-);
+const containerId = pick([12, fc.stringMatching(/^[A-Z]{4}[0-9]{7}$/)], [2, fc.string({ maxLength: 66 })], [1, fc.string({ unit: 'grapheme', maxLength: 8 })]);
 const timestamp = pick(
   [20, fc.date({ noInvalidDate: true, min: new Date(0), max: new Date(4e12) }).map((d) => d.toISOString())],
   [1, fc.constantFrom('2024-02-30T12:00:00Z', '2024-05-01t12:00:00.5+02:00', '2024-05-01 12:00:00Z', '')],
 );
-const stringField = (value: fc.Arbitrary<string>) =>
-  pick([200, value.chain(stringText)], [1, fc.constantFrom('5', 'null', '"\\x"', '"\u0001"', '"a')]);
+const stringField = (value: fc.Arbitrary<string>) => pick([200, value.chain(stringText)], [1, fc.constantFrom('5', 'null', '"\\x"', '"\u0001"', '"a')]);
 const unknownValue = pick(
   [60, fc.jsonValue({ maxDepth: 1 }).map((v) => JSON.stringify(v))],
   [30, fc.constantFrom('"\\ud800"', '"\\"q"', '1E+2', '"é"')],
@@ -138,12 +136,10 @@ const entries: fc.Arbitrary<Entry[]> = fc
     if (duplicate !== null) all.push(duplicate);
     return shuffle ? fc.shuffledSubarray(all, { minLength: all.length }) : fc.constant(all);
   });
-const objectText = fc
-  .tuple(entries, fc.array(ws, { minLength: 40, maxLength: 40 }))
-  .map(([fields, spaces]) => {
-    const w = (k: number) => spaces[k % spaces.length];
-    return `{${w(0)}${fields.map(([name, value], k) => `"${name}"${w(4 * k + 1)}:${w(4 * k + 2)}${value}${w(4 * k + 3)}`).join(',')}}`;
-  });
+const objectText = fc.tuple(entries, fc.array(ws, { minLength: 40, maxLength: 40 })).map(([fields, spaces]) => {
+  const w = (k: number) => spaces[k % spaces.length];
+  return `{${w(0)}${fields.map(([name, value], k) => `"${name}"${w(4 * k + 1)}:${w(4 * k + 2)}${value}${w(4 * k + 3)}`).join(',')}}`;
+});
 const pointText = pick([200, objectText], [1, fc.constantFrom('null', '1', '[]', '"p"', '{')]);
 const body = fc
   .tuple(fc.array(pointText, { maxLength: MAX_POINTS + 1 }), ws, ws, pick([100, fc.constant('')], [1, fc.constantFrom(',', ']', 'x', '\u0000')]))
@@ -155,7 +151,10 @@ const validPoints = fc.array(
     {
       container_id: fc.stringMatching(/^[\x20-\x7e]{1,64}$/).filter((s) => !s.includes('"') && !s.includes('\\')),
       lat: fc.double({ min: -90, max: 90, noNaN: true }),
-      lon: fc.oneof(fc.double({ min: -180, max: 180, noNaN: true }), fc.integer({ min: -180e6, max: 180e6 }).map((n) => n / 1e6)),
+      lon: fc.oneof(
+        fc.double({ min: -180, max: 180, noNaN: true }),
+        fc.integer({ min: -180e6, max: 180e6 }).map((n) => n / 1e6),
+      ),
       timestamp: fc.date({ noInvalidDate: true, min: new Date(0), max: new Date(4e12) }).map((d) => d.toISOString()),
       speed: fc.double({ min: 0, max: 1e25, noNaN: true }),
     },
@@ -202,7 +201,7 @@ describe('the single pass', () => {
     expect(refusedHere).toBeGreaterThan(300);
   });
 
-  it('takes every body of valid points that JSON.stringify writes, with the general path\'s messages', () => {
+  it("takes every body of valid points that JSON.stringify writes, with the general path's messages", () => {
     fc.assert(
       fc.property(validPoints, (points) => {
         const b = Buffer.from(JSON.stringify(points));
@@ -226,7 +225,7 @@ describe('the single pass', () => {
     );
   });
 
-  it('hands on in place, without a copy, the points JSON.stringify wrote of zod\'s output', () => {
+  it("hands on in place, without a copy, the points JSON.stringify wrote of zod's output", () => {
     fc.assert(
       fc.property(validPoints, (points) => {
         // zod's output: every field, in the schema's order, speed filled in.
@@ -244,9 +243,15 @@ describe('the single pass', () => {
   });
 
   it.each([
-    ['spaces after separators (Python json.dumps)', '[{"container_id": "MSCU1234567", "lat": 51.9, "lon": 4.4, "timestamp": "2024-05-01T12:00:00Z", "speed": 3.0}]'],
+    [
+      'spaces after separators (Python json.dumps)',
+      '[{"container_id": "MSCU1234567", "lat": 51.9, "lon": 4.4, "timestamp": "2024-05-01T12:00:00Z", "speed": 3.0}]',
+    ],
     ['fields in another order, speed absent', '[{"timestamp":"2024-05-01T12:00:00Z","lon":4.4,"lat":51.9,"container_id":"MSCU1234567"}]'],
-    ['pretty-printed, with an unknown field', '[\n  {\n    "container_id": "MSCU1234567",\n    "lat": 51.90,\n    "lon": 4.400,\n    "timestamp": "2024-05-01T12:00:00Z",\n    "heading": 270\n  }\n]'],
+    [
+      'pretty-printed, with an unknown field',
+      '[\n  {\n    "container_id": "MSCU1234567",\n    "lat": 51.90,\n    "lon": 4.400,\n    "timestamp": "2024-05-01T12:00:00Z",\n    "heading": 270\n  }\n]',
+    ],
     ['exponents and negative zero', '[{"container_id":"MSCU1234567","lat":5.19E1,"lon":-0,"timestamp":"2024-05-01T12:00:00Z","speed":1e-7}]'],
   ])('takes a body of valid points written otherwise: %s', (_name, text) => {
     const b = Buffer.from(text);
@@ -270,8 +275,14 @@ describe('the single pass', () => {
 
   it.each([
     ['a latitude out of range', '[{"container_id":"MSKU-flood","lat":95,"lon":4.4,"timestamp":"2024-05-01T12:00:00Z"}]'],
-    ['several fields of several points, one missing', '[{"container_id":"","lat":-91,"lon":4.4,"timestamp":"2024-05-01T12:00:00Z"},{"container_id":"a","lat":1,"lon":1,"timestamp":"2024-05-01T12:00:00Z"},{"lon":181,"lat":1e400,"timestamp":"yesterday","speed":-1}]'],
-    ['a point written as its message value, but for a negative speed', '[{"container_id":"MSKU1","lat":1,"lon":2,"timestamp":"2024-05-01T12:00:00Z","speed":-3}]'],
+    [
+      'several fields of several points, one missing',
+      '[{"container_id":"","lat":-91,"lon":4.4,"timestamp":"2024-05-01T12:00:00Z"},{"container_id":"a","lat":1,"lon":1,"timestamp":"2024-05-01T12:00:00Z"},{"lon":181,"lat":1e400,"timestamp":"yesterday","speed":-1}]',
+    ],
+    [
+      'a point written as its message value, but for a negative speed',
+      '[{"container_id":"MSKU1","lat":1,"lon":2,"timestamp":"2024-05-01T12:00:00Z","speed":-3}]',
+    ],
   ])('refuses a body of points it reads whole, as the general path does: %s', (_name, text) => {
     const b = Buffer.from(text);
     const got = refusal(singlePass(b, MAX_POINTS));
@@ -298,7 +309,9 @@ describe('the single pass', () => {
       `[${valid.replace('MSCU', 'MSCÜ')}]`,
       `[${valid.replace('"lat":51.9', '"lat":1,"lat":51.9')}]`, // JSON.parse keeps the last
       `[${valid.replace('}', ',"meta":{"a":1}}')}]`,
-      `[${Array(MAX_POINTS + 1).fill(valid).join(',')}]`,
+      `[${Array(MAX_POINTS + 1)
+        .fill(valid)
+        .join(',')}]`,
     ]) {
       expect(singlePass(Buffer.from(text), MAX_POINTS), text).toBeNull();
     }

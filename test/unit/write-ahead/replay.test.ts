@@ -47,7 +47,7 @@ const failed = (b: JournalBatch, id: number, i: number, possiblyWritten = false)
 };
 
 describe('Replay', () => {
-  it('produces failed messages again after the back-off, grouped by record, each with its record\'s timestamp', () => {
+  it("produces failed messages again after the back-off, grouped by record, each with its record's timestamp", () => {
     const { journal, replay, produced, advance } = setup();
     const a = batch('a', 3);
     const b = batch('b', 2);
@@ -92,14 +92,18 @@ describe('Replay', () => {
     expect(replay.backlog).toBe(1);
   });
 
-  it('produces what an earlier process left while librdkafka\'s queue is under its share, and then stops', () => {
+  it("produces what an earlier process left while librdkafka's queue is under its share, and then stops", () => {
     const dir = mkdtempSync(join(tmpdir(), 'replay-recovered-'));
     const { journal: earlier } = openJournal({ dir, maxBytes: 2 ** 30, sync: 'process' });
     for (let i = 0; i < 8; i++) earlier.append(batch(`r${i}`, 4), 1_000 + i);
     const { replay, produced, sink } = setup({ dir });
     replay.pass();
     // A share of 10 messages: three records of 4 are produced, then the queue is over it.
-    expect(produced.map((p) => [p.keys[0], p.timestamp])).toEqual([['r0-0', 1_000], ['r1-0', 1_001], ['r2-0', 1_002]]);
+    expect(produced.map((p) => [p.keys[0], p.timestamp])).toEqual([
+      ['r0-0', 1_000],
+      ['r1-0', 1_001],
+      ['r2-0', 1_002],
+    ]);
     sink.queue = 0;
     replay.pass();
     expect(produced).toHaveLength(6);

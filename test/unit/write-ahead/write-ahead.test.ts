@@ -13,7 +13,7 @@ import { KafkaProducer } from '../../../src/kafka/producer.js';
 import { producerSettings } from '../../../src/kafka/settings.js';
 import { createWorkerMetrics } from '../../../src/metrics/metrics.js';
 import { encodePoints } from '../../../src/track-point/encode.js';
-import { WriteAhead } from '../../../src/write-ahead/write-ahead.js';
+import { sinkOfMode } from '../../../src/write-ahead/delivery-mode.js';
 import { freePort } from '../../../support/ports.js';
 import { CrashableFiles } from '../../helpers/crashable-files.js';
 import { openJournal } from '../../helpers/journal.js';
@@ -31,12 +31,22 @@ async function setup(env: Record<string, string> = {}, files?: CrashableFiles) {
   const config = loadConfig({ MQ_BROKERS: `127.0.0.1:${await freePort()}`, MQ_TOPIC: 'unit', JOURNAL_DIR: dir, ...env });
   const metrics = createWorkerMetrics('unit');
   const { journal } = openJournal({ dir, maxBytes: config.journalMaxBytes, sync: config.journalSync, ...(files === undefined ? {} : { files }) });
-  const producer = new KafkaProducer(config, quiet, metrics, producerSettings(config, 'unit'));
-  const path = new WriteAhead(config, quiet, metrics, journal, producer);
+  const { sink: path } = sinkOfMode(
+    {
+      config,
+      log: quiet,
+      metrics,
+      journal,
+      producer: (events) => new KafkaProducer(config, quiet, metrics, producerSettings(config, 'unit'), events),
+      events: { onFatal: () => undefined },
+    },
+    null,
+  );
   return { config, journal, path };
 }
 
-const points = (n: number) => encodePoints(Array.from({ length: n }, (_, i) => ({ container_id: `c-${i}`, lat: 1, lon: 2, timestamp: '2024-05-01T12:00:00Z', speed: 0 })));
+const points = (n: number) =>
+  encodePoints(Array.from({ length: n }, (_, i) => ({ container_id: `c-${i}`, lat: 1, lon: 2, timestamp: '2024-05-01T12:00:00Z', speed: 0 })));
 
 describe('the write-ahead path before Kafka has answered', () => {
   it('refuses every request broker_unavailable, from the headers and from the body, and journals nothing', async () => {
@@ -71,7 +81,12 @@ describe('the write-ahead path with a journal that failed', () => {
     expect(journal.failure).not.toBeNull();
     expect(path.admission()).toBe('journal_failed');
     expect(path.accept(points(1))).toBe('journal_failed');
-    expect(path.readiness()).toEqual({ ready: false, reason: expect.stringMatching(/^the journal failed \(cannot write the journal file \/journal\/slot-0\.000000000000\.wal: EIO.*\): this worker takes no points and is being restarted$/) });
+    expect(path.readiness()).toEqual({
+      ready: false,
+      reason: expect.stringMatching(
+        /^the journal failed \(cannot write the journal file \/journal\/slot-0\.000000000000\.wal: EIO.*\): this worker takes no points and is being restarted$/,
+      ),
+    });
   });
 });
 
