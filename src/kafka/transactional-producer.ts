@@ -45,7 +45,23 @@ export function isFenced(err: unknown): boolean {
 /** Why librdkafka takes no more messages in the transaction under way. */
 export type TransactionRefusal = 'fatal' | 'transaction_failed';
 
-export class KafkaTransactions {
+/** What write-ahead/transactions.ts needs of the producer: KafkaTransactions, or a test's fake. */
+export interface TransactionalProducer {
+  initTransactions(timeoutMs: number): Promise<void>;
+  beginTransaction(): Promise<void>;
+  commitTransaction(timeoutMs: number): Promise<void>;
+  abortTransaction(timeoutMs: number): Promise<void>;
+  /** Hands the messages of a batch from the `from`-th on to librdkafka; returns how many of those it took. */
+  produceRest(batch: ProducedBatch, from: number, timestamp: number): number;
+  /** Hands messages to librdkafka for another topic; whether it took them all. */
+  produceTo(topic: string, batch: ProducedBatch): boolean;
+  /** Why librdkafka refuses messages in this transaction (its fatal error, or the transaction failed), or null. */
+  refusal(): TransactionRefusal | null;
+  /** Acknowledgements counted per tag: read and dropped here (the commit says what Kafka has). */
+  takeAcks(): Uint32Array | undefined;
+}
+
+export class KafkaTransactions implements TransactionalProducer {
   private refused: TransactionRefusal | null = null;
   private underWay: Promise<unknown> | null = null;
 
@@ -142,6 +158,19 @@ export async function fenceTransactionalId(settings: ProducerSettings, timeoutMs
   } finally {
     await new Promise<void>((resolve) => producer.disconnect(timeoutMs, () => resolve()));
   }
+}
+
+/** Why librdkafka takes no more messages in the transaction under way, as an error, or null when it does. */
+export function refusalError(refusal: TransactionRefusal | null): Error | null {
+  if (refusal === 'fatal') return new Error('librdkafka refused a message with a fatal error');
+  if (refusal === 'transaction_failed')
+    return new Error('librdkafka refused a message: the transaction failed (a message of it timed out or was refused) and must be aborted');
+  return null;
+}
+
+export function errorMessage(err: unknown): string {
+  const message = (err as { message?: unknown } | null)?.message;
+  return typeof message === 'string' ? message : String(err);
 }
 
 /** A binding call with a callback of an error or nothing, as a promise. */

@@ -12,7 +12,7 @@
 // here (is jemalloc installed, did the operator preload one) is resolved with the rest of the
 // configuration (config.ts, workerMalloc); this module forks with it and reports it.
 import { readFileSync } from 'node:fs';
-import type { WorkerMalloc } from '../config.js';
+import type { WorkerMalloc } from '../host-resources.js';
 
 /** The environment a worker is forked with for `malloc`: LD_PRELOAD, jemalloc ahead of any the operator set. */
 export function workerMallocEnv(malloc: WorkerMalloc, env: NodeJS.ProcessEnv): Record<string, string> {

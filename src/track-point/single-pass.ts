@@ -1,35 +1,27 @@
 // The single pass for bodies of valid points: from the request's bytes to the Kafka messages without
 // JSON.parse, without a JavaScript object per point, and without turning numbers into doubles and
-// back into text.
+// back into text. Why: at 100 points per request, parsing, validating and encoding cost as much CPU
+// per point as librdkafka's threads (`make bench-floor`), most of it building objects that live for
+// one request. A message's value is the point as JSON.stringify writes zod's output (encode.ts).
 //
-// Why: at 100 points per request, decoding and parsing the body, validating and encoding cost as
-// much CPU per point together as librdkafka's threads (`make bench-floor`). Most of it
-// builds objects and strings that live for one request and writes numbers back as text that the
-// body already holds. The value of a message is the point as JSON.stringify writes zod's output
-// (encode.ts): for a body that JSON.stringify wrote, that is the point's own bytes.
+// It takes a JSON array of objects whose known fields hold printable-ASCII strings without escapes,
+// and numbers, whose other fields hold scalars, each field at most once. An object written exactly as
+// its message value (readAsWritten) is its value as it stands: produceBatch gets offsets into the
+// body, and nothing is copied. Any other is written field by field. A body whose points are not all
+// valid is refused here, zod run on the refused values alone (schema.ts, refusedValues): a bad
+// firmware release sends thousands a second. Anything else (an escape, non-ASCII text, a nested
+// value, a duplicate key, an empty array, more than MAX_POINTS) returns null for the general path:
+// UTF-8 check, JSON.parse, the schema, encode.ts.
 //
-// What it takes: a JSON array of objects whose known fields hold printable-ASCII strings without
-// escapes and numbers, whose other fields hold scalars, each field at most once, with any JSON
-// whitespace. An object written exactly as its message value (the schema's fields in order and no
-// other, no whitespace, numbers as Number::toString writes them) is its message value as it stands:
-// produceBatch gets offsets into the body, for the value and for the id inside it (the key), and
-// nothing is copied in JavaScript. Any other is written field by field.
-// Such a body whose points are not all valid (a value out of range, a required field absent) is
-// refused here: zod runs on the refused fields' values alone and writes the details (schema.ts,
-// refusedValues). A bad firmware release sends thousands of these a second, and JSON.parse with zod
-// on the whole body cost a refusal more than a valid point.
-// Everything else (an escape, non-ASCII text, a nested value, a value of another JSON type, a
-// duplicate key, an empty array, more than MAX_POINTS) returns null, and the caller takes the general
-// path: UTF-8 check, JSON.parse, the schema, encode.ts. Every byte taken here is ASCII, so a body
-// taken is valid UTF-8.
-//
-// The rules are the schema's: the per-field predicates of the validation fast path (fast-path.ts),
-// on the values JSON.parse would give. test/unit/track-point/single-pass.test.ts checks on generated
-// bodies that whatever this takes, the general path accepts with the same messages, byte for byte,
-// and whatever this refuses, the general path refuses with the same details.
+// The rules are the schema's (fast-path.ts's predicates). single-pass.test.ts checks on generated
+// bodies that what this takes, the general path takes with the same messages byte for byte, and what
+// this refuses, it refuses with the same details. The characters and scanners are this module's
+// own: imported into its loops, they slow it down (`make bench-floor`, row "single pass").
 import type { z } from 'zod';
 import { scratchBytes, scratchOffsets, type EncodedPoints } from './encode.js';
-import { compileFields } from './fast-path.js';
+import { fieldLayout } from './field-layout.js';
+import { compileReadAsWritten } from './read-as-written.js';
+import { skipScalar } from './skip-scalar.js';
 import { refusedValues, TrackPointSchema, type RefusedValue, type TrackPoint, type ValidationResult } from './schema.js';
 
 /** A body read whole whose points are not all valid: validatePoints' answer, and the points of the body. */
@@ -54,11 +46,9 @@ const CLOSE_OBJECT = 125;
 
 /**
  * Significant digits of a plain number whose double is known from its digits alone (readNumber
- * guesses beyond). Two decimals of at most 15 significant digits are never the same double
- * (DBL_DIG), so such a decimal, trailing zeros dropped, is the shortest text that
- * reads back as its double: what Number::toString, and so JSON.stringify, writes for it, when
- * 1e-6 ≤ |x| < 1e21 (fixed notation). Its digits r < 10^15 are an exact double, as is 10^k, so r / 10^k
- * is correctly rounded: the double JSON.parse gives.
+ * guesses beyond): two decimals of at most 15 digits are never the same double (DBL_DIG), so such a
+ * decimal, trailing zeros dropped, is what Number::toString writes for it when 1e-6 ≤ |x| < 1e21, and
+ * its digits r < 10^15 over 10^k (both exact doubles) round correctly to the double JSON.parse gives.
  */
 const MAX_DIGITS = 15;
 /** Zeros after the point before the first significant digit: 0.000001 is written so, 0.0000001 as 1e-7. */
@@ -72,8 +62,6 @@ function isWrittenAs(text: string, b: Uint8Array, from: number, to: number): boo
   for (let k = 0; k < text.length; k++) if (text.charCodeAt(k) !== b[from + k]) return false;
   return true;
 }
-
-const bytesOf = (text: string) => Uint8Array.from(Buffer.from(text, 'utf8'));
 
 function skipWhitespace(b: Uint8Array, i: number): number {
   for (;;) {
@@ -98,143 +86,13 @@ function isDigit(c: number | undefined): boolean {
   return c !== undefined && c >= ZERO && c <= NINE;
 }
 
-/** Past a value of a field the schema does not know (dropped, as zod drops it): a JSON scalar, or -1. */
-function skipScalar(b: Uint8Array, i: number): number {
-  const c = b[i];
-  if (c === QUOTE) {
-    for (i++; ; i++) {
-      const d = b[i];
-      if (d === QUOTE) return i + 1;
-      if (d === undefined || d < SPACE || d > 126) return -1;
-      if (d === BACKSLASH) {
-        const e = b[++i];
-        if (e === 117 /* u */) {
-          for (let k = 1; k <= 4; k++) if (!isHex(b[i + k])) return -1;
-          i += 4;
-        } else if (e !== QUOTE && e !== BACKSLASH && e !== 47 && e !== 98 && e !== 102 && e !== 110 && e !== 114 && e !== 116) return -1;
-      }
-    }
-  }
-  if (c === MINUS || isDigit(c)) {
-    if (c === MINUS) i++;
-    if (b[i] === ZERO) i++;
-    else if (isDigit(b[i])) while (isDigit(b[i])) i++;
-    else return -1;
-    if (b[i] === DOT) {
-      if (!isDigit(b[++i])) return -1;
-      while (isDigit(b[i])) i++;
-    }
-    if (b[i] === 101 || b[i] === 69) {
-      i++;
-      if (b[i] === 43 || b[i] === MINUS) i++;
-      if (!isDigit(b[i])) return -1;
-      while (isDigit(b[i])) i++;
-    }
-    return i;
-  }
-  for (const literal of LITERALS) {
-    if (c !== literal[0]) continue;
-    for (let k = 1; k < literal.length; k++) if (b[i + k] !== literal[k]) return -1;
-    return i + literal.length;
-  }
-  return -1;
-}
-
-const LITERALS = ['true', 'false', 'null'].map(bytesOf);
-
-function isHex(c: number | undefined): boolean {
-  return c !== undefined && ((c >= ZERO && c <= NINE) || (c >= 65 && c <= 70) || (c >= 97 && c <= 102));
-}
-
-type ValueReader = (b: Uint8Array, i: number, j: number) => number;
-
-/**
- * readAsWritten for these fields, generated at start-up with each prefix's bytes as constants in
- * the comparisons (`b[i + 1] !== 34 || …`): the same test as the loop over the prefixes below, which
- * loads every byte of them from an array, and about a fifth dearer per point. `generate:
- * false`, or a process that forbids code generation (--disallow-code-generation-from-strings), takes
- * the loop.
- */
-function compileReadAsWritten(
-  prefixes: readonly Uint8Array[],
-  isString: readonly boolean[],
-  readString: ValueReader,
-  readNumber: ValueReader,
-  numberAsWritten: () => boolean,
-  generate: boolean,
-): (b: Uint8Array, i: number) => number {
-  if (generate) {
-    try {
-      return generatedReadAsWritten(prefixes, isString, readString, readNumber, numberAsWritten);
-    } catch (err) {
-      if (!(err instanceof EvalError)) throw err;
-    }
-  }
-  return (b, i) => {
-    for (let j = 0; j < prefixes.length; j++) {
-      const prefix = prefixes[j]!;
-      for (let k = 0; k < prefix.length; k++) if (b[i + k] !== prefix[k]) return -1;
-      // A string's prefix ends with its opening quote, where readString starts.
-      i = isString[j] ? readString(b, i + prefix.length - 1, j) : readNumber(b, i + prefix.length, j);
-      if (i < 0 || (!isString[j] && !numberAsWritten())) return -1;
-    }
-    return b[i] === CLOSE_OBJECT ? i + 1 : -1;
-  };
-}
-
-function generatedReadAsWritten(
-  prefixes: readonly Uint8Array[],
-  isString: readonly boolean[],
-  readString: ValueReader,
-  readNumber: ValueReader,
-  numberAsWritten: () => boolean,
-): (b: Uint8Array, i: number) => number {
-  const fields = prefixes.map((prefix, j) => {
-    const same = Array.from(prefix, (c, k) => `b[i + ${k}] !== ${c}`).join(' || ');
-    // A string's prefix ends with its opening quote, where readString starts.
-    const value = isString[j]
-      ? `i = readString(b, i + ${prefix.length - 1}, ${j});`
-      : `i = readNumber(b, i + ${prefix.length}, ${j});\n  if (i >= 0 && !numberAsWritten()) return -1;`;
-    return `  if (${same}) return -1;\n  ${value}\n  if (i < 0) return -1;`;
-  });
-  const source = `return function readAsWritten(b, i) {\n${fields.join('\n')}\n  return b[i] === ${CLOSE_OBJECT} ? i + 1 : -1;\n};`;
-  const make = new Function('readString', 'readNumber', 'numberAsWritten', source) as (...args: unknown[]) => (b: Uint8Array, i: number) => number;
-  return make(readString, readNumber, numberAsWritten);
-}
-
-/**
- * Compiles the single pass for an object schema of strings and numbers. keyField names the string
- * field whose text is the message key.
- */
+/** Compiles the single pass for an object schema of strings and numbers, keyed by the string field keyField. */
 export function compileSinglePass(
   schema: z.ZodObject,
   keyField: string,
   options: { generate: boolean } = { generate: true },
 ): (body: Uint8Array, maxPoints: number) => EncodedPoints | RefusedPoints | null {
-  const fields = compileFields(schema);
-  const count = fields.length;
-  if (count > 30) throw new Error(`the single pass (src/track-point/single-pass.ts) keeps a bit per field: ${count} fields is too many`);
-  const keyIndex = fields.findIndex((f) => f.key === keyField);
-  if (keyIndex < 0 || fields[keyIndex]?.kind !== 'string') throw new Error(`the message key ${keyField} is not a string field of the schema`);
-
-  const keys = fields.map((f) => f.key);
-  const names = keys.map(bytesOf);
-  const isString = fields.map((f) => f.kind === 'string');
-  const accepts = fields.map((f) => f.accepts);
-  // A string's bytes are printable ASCII without escapes here (plainStringEnd), so a predicate on
-  // bytes sees exactly the string and none is made.
-  const acceptsAscii = fields.map((f) => f.acceptsAscii);
-  // What JSON.stringify writes before each value of zod's output, whose keys are in the schema's order.
-  const prefixes = fields.map((f, j) => bytesOf(`${j === 0 ? '{' : ','}${JSON.stringify(f.key)}:${f.kind === 'string' ? '"' : ''}`));
-  const defaults = fields.map((f) => (f.absent === null ? null : bytesOf(JSON.stringify(f.absent.value))));
-  let required = 0;
-  fields.forEach((f, j) => {
-    if (f.absent === null) required |= 1 << j;
-  });
-  const all = (1 << count) - 1;
-  /** Number::toString writes at most 25 characters (-1.2345678901234567e-300), and 1e20 takes 21 for 4. */
-  const NUMBER_TEXT = 25;
-  const fixedBytes = prefixes.reduce((n, p) => n + p.length, 0) + defaults.reduce((n, d) => n + (d?.length ?? 0), 0) + (NUMBER_TEXT + 2) * count;
+  const { count, keyIndex, keys, names, isString, accepts, acceptsAscii, prefixes, defaults, required, all, fixedBytes } = fieldLayout(schema, keyField);
 
   // Where each field of the current point sits in the body. A string: [start, end). A number: its
   // sign, integer digits [start, end) ("0" as an empty range), and `decimals` significant decimals
@@ -245,7 +103,7 @@ export function compileSinglePass(
   const decimalStart = new Uint32Array(count);
   const decimals = new Uint8Array(count);
   /** A number outside the plain form: its text as Number::toString writes it. */
-  const numberText: (string | null)[] = fields.map(() => null);
+  const numberText: (string | null)[] = keys.map(() => null);
   /**
    * The body as text, made on first need: for Number() on a number outside the plain form, and for a
    * string field whose refinement has no bytes form. Only printable ASCII is taken, so Latin-1
@@ -261,7 +119,7 @@ export function compileSinglePass(
    * details (refusedValues) instead of going through JSON.parse and zod whole.
    */
   let refusedFields = 0;
-  const refusedValue: unknown[] = fields.map(() => undefined);
+  const refusedValue: unknown[] = keys.map(() => undefined);
   function refuse(j: number, value: unknown): void {
     refusedFields |= 1 << j;
     refusedValue[j] = value;
@@ -536,9 +394,5 @@ export function compileSinglePass(
   };
 }
 
-const keyField: keyof TrackPoint = 'container_id';
-/**
- * The single pass of the track-point schema: the messages of a body of valid points, validatePoints'
- * answer for a body whose points are read whole but some fields refused, or null (the general path).
- */
-export const singlePass = compileSinglePass(TrackPointSchema, keyField);
+/** The track-point schema's: a body's messages, validatePoints' answer for a body refused, or null (the general path). */
+export const singlePass = compileSinglePass(TrackPointSchema, 'container_id' satisfies keyof TrackPoint);

@@ -20,29 +20,12 @@ import type { ExactlyOnce } from '../config.js';
 import type { InFlightRecord, Journal } from '../journal/journal.js';
 import type { JournalBatch } from '../journal/record.js';
 import type { JournalPosition } from '../kafka/positions.js';
-import type { ProducedBatch } from '../kafka/producer.js';
-import { isFenced, transactionErrorClass, type TransactionRefusal } from '../kafka/transactional-producer.js';
+import { errorMessage, isFenced, refusalError, transactionErrorClass, type TransactionalProducer } from '../kafka/transactional-producer.js';
 import type { Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics/metrics.js';
 import { readRecovered } from './replay.js';
 import { SlotPositions } from './slot-positions.js';
 import { copyOf, Entries, type Entry } from './transaction-entries.js';
-
-/** What the transactions need of the producer (kafka/transactional-producer.ts). */
-export interface TransactionalProducer {
-  initTransactions(timeoutMs: number): Promise<void>;
-  beginTransaction(): Promise<void>;
-  commitTransaction(timeoutMs: number): Promise<void>;
-  abortTransaction(timeoutMs: number): Promise<void>;
-  /** Hands the messages of a batch from the `from`-th on to librdkafka; returns how many of those it took. */
-  produceRest(batch: ProducedBatch, from: number, timestamp: number): number;
-  /** Hands messages to librdkafka for another topic; whether it took them all. */
-  produceTo(topic: string, batch: ProducedBatch): boolean;
-  /** Why librdkafka refuses messages in this transaction (its fatal error, or the transaction failed), or null. */
-  refusal(): TransactionRefusal | null;
-  /** Acknowledgements counted per tag: read and dropped here (the commit says what Kafka has). */
-  takeAcks(): Uint32Array | undefined;
-}
 
 type State = 'starting' | 'idle' | 'beginning' | 'open' | 'ending' | 'failed' | 'stopped';
 
@@ -137,7 +120,7 @@ export class Transactions {
         if (this.drained()) return;
         if (transactionErrorClass(err) === 'fatal' || attempt >= INIT_ATTEMPTS) {
           throw new Error(
-            `cannot initialize Kafka transactions for ${this.opts.keyOf(slots[0] ?? 0)} (${messageOf(err)}): DELIVERY=exactly-once needs brokers with transactions, whose transaction.state.log.replication.factor and transaction.state.log.min.isr the cluster can meet (1 on a single broker)`,
+            `cannot initialize Kafka transactions for ${this.opts.keyOf(slots[0] ?? 0)} (${errorMessage(err)}): DELIVERY=exactly-once needs brokers with transactions, whose transaction.state.log.replication.factor and transaction.state.log.min.isr the cluster can meet (1 on a single broker)`,
             { cause: err },
           );
         }
@@ -235,20 +218,11 @@ export class Transactions {
     entry.produced += this.producer.produceRest(batch, entry.produced, entry.timestamp);
     // The transaction failed while producing: aborted now (fenced: the abort returns the fatal error,
     // and fatal() ends the worker). Waiting for librdkafka to take the rest would wait for ever.
-    const refused = this.refusedBy();
+    const refused = refusalError(this.producer.refusal());
     if (refused !== null && this.state === 'open') {
       this.state = 'ending';
       void this.abort(refused);
     }
-  }
-
-  /** Why librdkafka takes no more messages in this transaction, or null when it does. */
-  private refusedBy(): Error | null {
-    const refusal = this.producer.refusal();
-    if (refusal === 'fatal') return new Error('librdkafka refused a message with a fatal error');
-    if (refusal === 'transaction_failed')
-      return new Error('librdkafka refused a message: the transaction failed (a message of it timed out or was refused) and must be aborted');
-    return null;
   }
 
   private async begin(): Promise<void> {
@@ -282,7 +256,7 @@ export class Transactions {
     // covers what was produced. A transaction that fails meanwhile is aborted (a fatal error: abort()
     // ends the worker).
     while (this.open.someUnproduced()) {
-      const refused = this.refusedBy();
+      const refused = refusalError(this.producer.refusal());
       if (refused !== null) {
         await this.abort(refused);
         return;
@@ -370,7 +344,7 @@ export class Transactions {
     if (this.endTimer !== null) clearTimeout(this.endTimer);
     for (const done of this.ended.splice(0)) done();
     const fenced = isFenced(err) && !this.timedOut();
-    const why = `${what}: ${messageOf(err)}${fenced ? " (fenced: another process took this slot's transactional.id)" : isFenced(err) ? ' (the transaction outlived TRANSACTION_TIMEOUT_MS: the broker aborted it and fenced this producer)' : ''}`;
+    const why = `${what}: ${errorMessage(err)}${fenced ? " (fenced: another process took this slot's transactional.id)" : isFenced(err) ? ' (the transaction outlived TRANSACTION_TIMEOUT_MS: the broker aborted it and fenced this producer)' : ''}`;
     this.log.fatal({ err }, `${why}; the worker ends, and the slot's next holder produces again from the committed position what the journal holds`);
     this.opts.onFatal(fenced);
   }
@@ -398,11 +372,6 @@ export class Transactions {
     if (this.endTimer !== null) clearTimeout(this.endTimer);
     return this.journal.pendingPoints;
   }
-}
-
-function messageOf(err: unknown): string {
-  const message = (err as { message?: unknown } | null)?.message;
-  return typeof message === 'string' ? message : String(err);
 }
 
 function sleep(ms: number): Promise<void> {

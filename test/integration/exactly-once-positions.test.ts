@@ -21,7 +21,8 @@ import type { KafkaTransactions } from '../../src/kafka/transactional-producer.j
 import { producerSettings } from '../../src/kafka/settings.js';
 import { createWorkerMetrics, type WorkerMetrics } from '../../src/metrics/metrics.js';
 import { encodePoints } from '../../src/track-point/encode.js';
-import { Transactions, type TransactionalProducer } from '../../src/write-ahead/transactions.js';
+import type { TransactionalProducer } from '../../src/kafka/transactional-producer.js';
+import { Transactions } from '../../src/write-ahead/transactions.js';
 import { BROKERS, consumeAll, createTopic, uniqueTopic } from '../../support/kafka.js';
 import { openJournal } from '../helpers/journal.js';
 import { startService, until } from '../helpers/service.js';

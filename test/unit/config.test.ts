@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError, DEFAULTS, loadConfig, producerOptionsFrom, transactionalId } from '../../src/config.js';
-import { usableCpus } from '../../src/config.js';
+import { usableCpus } from '../../src/host-resources.js';
 
 describe('configuration', () => {
   it('has the defaults of the spec', () => {

@@ -2,7 +2,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments } from 'yaml';
-import { JEMALLOC_PATHS } from '../../src/config.js';
+import { JEMALLOC_PATHS } from '../../src/host-resources.js';
 import { DEFAULTS, loadConfig } from '../../src/config.js';
 import { EARLIEST_IDLE_CLOSE_S } from '../../src/http/uws.js';
 import { createPrimaryMetrics, createWorkerMetrics } from '../../src/metrics/metrics.js';

@@ -1,6 +1,6 @@
 // WORKER_MALLOC: which malloc the workers are forked with, decided from what is installed.
 import { describe, expect, it } from 'vitest';
-import { JEMALLOC_PATHS, workerMalloc } from '../../../src/config.js';
+import { JEMALLOC_PATHS, workerMalloc } from '../../../src/host-resources.js';
 import { workerMallocEnv } from '../../../src/process/allocator.js';
 import { loadConfig } from '../../../src/config.js';
 

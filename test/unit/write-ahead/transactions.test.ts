@@ -17,7 +17,8 @@ import type { ProducedBatch } from '../../../src/kafka/producer.js';
 import type { TransactionRefusal } from '../../../src/kafka/transactional-producer.js';
 import { createWorkerMetrics, type WorkerMetrics } from '../../../src/metrics/metrics.js';
 import { encodePoints } from '../../../src/track-point/encode.js';
-import { Transactions, type TransactionalProducer } from '../../../src/write-ahead/transactions.js';
+import type { TransactionalProducer } from '../../../src/kafka/transactional-producer.js';
+import { Transactions } from '../../../src/write-ahead/transactions.js';
 import { openJournal } from '../../helpers/journal.js';
 
 const quiet = pino({ level: 'silent' }, new Writable({ write: (_c, _e, done) => done() }));
