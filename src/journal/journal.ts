@@ -3,9 +3,9 @@
 // process of the slot produces again what is left.
 //
 //   append ──▶ the active segment file, in the OS before the answer (JOURNAL_SYNC=disk: fdatasync'd
-//     │        first, afterCommit, group-commit.ts); each record's id is produceBatch's tag
-//   acknowledged(id, n) ── every point acknowledged ──▶ marked done (marks.ts); a segment all done is
-//     deleted, or kept as a spare to be written over
+//     │        first, afterCommit, group-commit.ts); returns where the record is (a JournalEntry)
+//   done(entry) ── Kafka has every point of it (write-ahead/ledger.ts counts them) ──▶ marked done
+//     (marks.ts); a segment all done is deleted, or kept as a spare to be written over
 //   open ──▶ the segments of the slots claimed are found; their records not marked done are handed
 //     out again (nextRecovered, recovery.ts) with their acceptance time: at least once
 //
@@ -18,81 +18,22 @@
 import { diskFiles, type JournalFiles } from './files.js';
 import { GroupCommit, type CommitDone } from './group-commit.js';
 import { isNoRoom, JournalError } from './journal-error.js';
+import type { JournalEntry, JournalOptions, RecoveredEntry } from './journal-types.js';
 import { encodeHead, recordBytes, viewRecordAt, type JournalBatch, type JournalRecord } from './record.js';
-import {
-  appendMarks,
-  closeSegment,
-  countRecords,
-  newSegment,
-  readMarks,
-  readRecordBack,
-  retireSegment,
-  startSegmentFile,
-  writeRecordAt,
-  type Segment,
-} from './segment-file.js';
-import { Recovery } from './recovery.js';
+import { appendMarks, closeSegment, newSegment, readRecordBack, retireSegment, startSegmentFile, writeRecordAt, type Segment } from './segment-file.js';
+import { leftSegments, Recovery } from './recovery.js';
+import { RoomProbe } from './room.js';
 import { findSlotFiles, makeDurableDir, segmentPath, SeqReservation, Spares, type FoundFiles } from './slot-files.js';
-import type { SlotClaim } from './slot-lock.js';
 
 /** A segment takes no more records past this size (a larger record still gets a segment of its own). */
 export const SEGMENT_MAX_BYTES = 16 * 1024 * 1024;
 /** The active segment is rolled over once everything in it is done and it holds this much. */
 const ROLL_WHEN_DONE_BYTES = 1024 * 1024;
-/** After a write refused for room, how often the free space of the journal's file system is looked at. */
-const PROBE_INTERVAL_MS = 1_000;
-/** Record ids wrap here: produceBatch's tags are 0 to 2^31 - 1. */
-const ID_LIMIT = 2 ** 31;
 /** Done segment files kept to be written over (slot-files.ts, Spares), per slot. */
 const MAX_SPARES = 2;
 
-export type JournalSync = 'process' | 'disk';
-
 export { JournalError };
-
-export interface JournalOptions {
-  dir: string;
-  /** The slots this journal holds (slot-lock.ts): it writes `claim.slot` and recovers every slot of `claim.slots`. */
-  claim: Pick<SlotClaim, 'slot' | 'slots'>;
-  maxBytes: number;
-  sync: JournalSync;
-  /** JOURNAL_SYNC=disk: the least time between the starts of two group commits (0: one as soon as the last ends). */
-  syncIntervalMs?: number;
-  /** JOURNAL_SYNC=disk: called with each group commit's duration in seconds (its fdatasyncs, start to end). */
-  onCommit?: (seconds: number) => void;
-  /** Records found damaged when read back (`records` of them, the first at byte `at` of `file`): counted and skipped. */
-  onDamage?: (file: string, at: number, records: number, what: string) => void;
-  /** Called once when the journal fails (a write, fdatasync or directory fsync the disk failed): it takes nothing more. */
-  onFailure?: (err: JournalError) => void;
-  /** Map segments where the file system allows (the default), or always write them with pwritev. */
-  mapSegments?: boolean;
-  /** Every file operation goes through here: the disk (the default), or a test's crashable file system. */
-  files?: JournalFiles;
-  /** A segment's size (SEGMENT_MAX_BYTES): the power-cut tests make it small, to roll segments over often. */
-  segmentBytes?: number;
-}
-
-/** A record Kafka has not yet acknowledged all points of. */
-export interface InFlightRecord {
-  readonly id: number;
-  readonly segment: Segment;
-  readonly index: number;
-  /** Where it starts in its segment's file, bytes; -1 for a record an earlier process left (read back already). */
-  readonly at: number;
-  readonly points: number;
-  /** Points not yet acknowledged. */
-  remaining: number;
-  /** When it was accepted, ms since the epoch (its Kafka timestamp). */
-  readonly timestamp: number;
-  /** When this process produced it (performance.now()): the delivery latency counts from there. */
-  readonly producedAt: number;
-}
-
-/** A record read back from what an earlier process left, in flight again under a new id. */
-export interface RecoveredRecord {
-  readonly record: JournalRecord;
-  readonly inFlight: InFlightRecord;
-}
+export type { JournalEntry, JournalOptions, JournalSync, RecoveredEntry } from './journal-types.js';
 
 export class Journal {
   readonly dir: string;
@@ -112,14 +53,13 @@ export class Journal {
   private readonly segmentMaxBytes: number;
   /** A new mapped segment's capacity: that, or JOURNAL_MAX_BYTES when smaller (it is allocated whole). */
   private readonly segmentBytes: number;
-  private nextId = 0;
   private heldBytes = 0;
-  private readonly inFlight = new Map<number, InFlightRecord>();
+  /** Records appended or handed out again and not done yet. */
+  private openRecords = 0;
   /** What earlier processes left, to hand out again. */
   private readonly recovery: Recovery;
-  private refusedForRoom: JournalError | null = null;
-  private refusedBytes = 0;
-  private lastProbeAt = 0;
+  /** Set after a write refused for room; cleared once one goes through or the disk has room again. */
+  private readonly room: RoomProbe;
   private failedWith: JournalError | null = null;
   private damagedCount = 0;
   private pointsDone = 0;
@@ -134,6 +74,7 @@ export class Journal {
     this.slot = opts.claim.slot;
     this.maxBytes = opts.maxBytes;
     const files = (this.files = opts.files ?? diskFiles);
+    this.room = new RoomProbe(files, opts.dir);
     this.onDamage = opts.onDamage;
     this.onFailure = opts.onFailure;
     this.recovery = new Recovery({
@@ -162,24 +103,9 @@ export class Journal {
     this.mappedOn = opts.sync === 'process' && opts.mapSegments !== false ? files.mappable(this.dir) : null;
     this.segmentMaxBytes = opts.segmentBytes ?? SEGMENT_MAX_BYTES;
     this.segmentBytes = Math.min(this.segmentMaxBytes, opts.maxBytes);
-    // An earlier version's spill files first (their points are the oldest), read where they are, when
-    // their turn comes: written into a segment instead, a crash between that and their deletion gave
-    // their points back twice.
-    for (const path of found.spills) {
-      const segment = newSegment(-1, this.slot, path, { capacity: 0, bytes: 0, recovered: true, spill: true });
+    for (const segment of leftSegments(files, this.slot, found, this.recovery)) {
       this.segments.push(segment);
-      this.recovery.addSpill(segment);
-    }
-    for (const f of found.segments) {
-      // Counted now (headers only), read when their turn comes: the metrics say what waits from the start.
-      // A mapped segment's file is longer than its records: the records' bytes are what the limit counts.
-      const { records, bytes, points } = countRecords(files, f.path, f.seq);
-      const segment = newSegment(f.seq, f.slot, f.path, { capacity: bytes, bytes, recovered: true, doneBefore: readMarks(files, f.path, f.seq) });
-      segment.records = records;
-      this.segments.push(segment);
-      this.heldBytes += bytes;
-      const left = points.reduce((sum, n, index) => (segment.doneBefore.has(index) ? sum : sum + n), 0);
-      this.recovery.addSegment(segment, Math.max(0, records - segment.doneBefore.size), left);
+      this.heldBytes += segment.bytes; // a spill file's bytes are counted when it is read
     }
   }
 
@@ -194,34 +120,21 @@ export class Journal {
     return this.heldBytes + bytes <= this.maxBytes;
   }
 
-  /**
-   * Whether records can be written: the journal has not failed, and no write was refused for room
-   * since the last that succeeded, or the disk has room again for twice the record refused (statfs,
-   * looked at once a second at most).
-   */
+  /** Whether records can be written: the journal has not failed, and has room (room.ts). */
   writable(): boolean {
-    if (this.failedWith !== null) return false;
-    if (this.refusedForRoom === null) return true;
-    const now = Date.now();
-    if (now - this.lastProbeAt < PROBE_INTERVAL_MS) return false;
-    this.lastProbeAt = now;
-    try {
-      if (this.files.freeBytes(this.dir) >= 2 * this.refusedBytes) this.refusedForRoom = null;
-    } catch {
-      /* still refused */
-    }
-    return this.refusedForRoom === null;
+    return this.failedWith === null && this.room.hasRoom();
   }
 
   /**
-   * Writes the record of one accepted request; returns its id (produceBatch's tag), in flight until
-   * Kafka has acknowledged all its points. Throws JournalError when the record cannot be written,
-   * having kept nothing of it: `full` when the disk refused it for room, else the journal has failed.
+   * Writes the record of one accepted request; returns where it is, not done until done(). Throws
+   * JournalError when the record cannot be written, having kept nothing of it: `full` when the disk
+   * refused it for room, else the journal has failed.
    */
-  append(batch: JournalBatch, timestamp: number): InFlightRecord {
+  append(batch: JournalBatch, timestamp: number): JournalEntry {
     if (this.failedWith !== null) throw this.failedWith;
     const { segment, index, at } = this.write(batch, timestamp);
-    return this.track(segment, index, at, batch.count, timestamp);
+    this.openRecords++;
+    return { segment, index, at, points: batch.count, timestamp };
   }
 
   /** Writes a record into the active segment; returns where it is. */
@@ -239,7 +152,7 @@ export class Journal {
     } else {
       this.writeAt(segment, [head, batch.data], bytes);
     }
-    this.refusedForRoom = null;
+    this.room.cleared();
     segment.bytes += bytes;
     this.heldBytes += bytes;
     this.commits?.written(segment.fd!);
@@ -266,10 +179,8 @@ export class Journal {
       // Cannot cut it back either: take no more records into it (reading stops at the torn record).
       this.seal(segment);
     }
-    if (error.full) {
-      this.refusedForRoom = error;
-      this.refusedBytes = bytes;
-    } else this.fail(error);
+    if (error.full) this.room.refused(error, bytes);
+    else this.fail(error);
     throw error;
   }
 
@@ -311,7 +222,7 @@ export class Journal {
 
   /** A new segment that could not be started: kept as refused for room, or the journal fails. */
   private refused(err: JournalError): JournalError {
-    if (err.full) this.refusedForRoom = err;
+    if (err.full) this.room.refused(err);
     else this.fail(err);
     return err;
   }
@@ -333,14 +244,6 @@ export class Journal {
     this.deleteIfDone(segment);
   }
 
-  private track(segment: Segment, index: number, at: number, points: number, timestamp: number): InFlightRecord {
-    const id = this.nextId;
-    this.nextId = (this.nextId + 1) % ID_LIMIT;
-    const record: InFlightRecord = { id, segment, index, at, points, remaining: points, timestamp, producedAt: performance.now() };
-    this.inFlight.set(id, record);
-    return record;
-  }
-
   /**
    * A record this process appended, as produceBatch takes it, its data a view of the mapped segment
    * (only its offsets copied, to be aligned); null when its segment is not mapped (read it back
@@ -348,7 +251,7 @@ export class Journal {
    * process wrote those bytes, and the record is not done, so its segment is neither retired nor
    * written over.
    */
-  view(record: InFlightRecord): JournalBatch | null {
+  view(record: JournalEntry): JournalBatch | null {
     const map = record.segment.map;
     return map === null || record.at < 0 ? null : viewRecordAt(map, record.at, record.points);
   }
@@ -358,36 +261,23 @@ export class Journal {
    * again after an aborted transaction, the request's own buffers long reused. Throws JournalError
    * when it cannot be read back whole.
    */
-  readBack(record: InFlightRecord): JournalRecord {
+  readBack(record: JournalEntry): JournalRecord {
     return readRecordBack(this.files, record.segment, record.index, record.at);
   }
 
-  // ---- acknowledgements -----------------------------------------------------------------------
+  // ---- done ---------------------------------------------------------------------------------
 
-  /** The record of this id, while in flight. */
-  get(id: number): InFlightRecord | undefined {
-    return this.inFlight.get(id);
-  }
-
-  /**
-   * Kafka acknowledged `count` points of record `id` (takeAcks). Returns the record once all its
-   * points are (it is then done: marked, and its segment deleted once all of it is), else null.
-   */
-  acknowledged(id: number, count: number): InFlightRecord | null {
-    const record = this.inFlight.get(id);
-    if (record === undefined) return null;
-    record.remaining -= count;
-    if (record.remaining > 0) return null;
-    this.inFlight.delete(id);
-    this.pointsDone += record.points;
-    const segment = record.segment;
+  /** Kafka has every point of the record (or a committed transaction covers it): marked done, its segment deleted once all of it is. */
+  done(entry: JournalEntry): void {
+    this.openRecords--;
+    this.pointsDone += entry.points;
+    const segment = entry.segment;
     segment.done++;
-    segment.marks.push(record.index);
+    segment.marks.push(entry.index);
     // An active segment whose records are all done need not wait to fill up before it goes.
-    if (segment === this.active && segment.done === segment.records && (segment.bytes >= ROLL_WHEN_DONE_BYTES || this.refusedForRoom !== null))
+    if (segment === this.active && segment.done === segment.records && (segment.bytes >= ROLL_WHEN_DONE_BYTES || this.room.refusal !== null))
       this.seal(segment);
     else this.deleteIfDone(segment);
-    return record;
   }
 
   /**
@@ -411,7 +301,7 @@ export class Journal {
    */
   private deleteIfDone(segment: Segment): void {
     if (!segment.sealed || segment.done < segment.records) return;
-    const spares = !segment.recovered && segment.slot === this.slot && this.refusedForRoom === null && this.failedWith === null ? this.spares : null;
+    const spares = !segment.recovered && segment.slot === this.slot && this.room.refusal === null && this.failedWith === null ? this.spares : null;
     retireSegment(this.files, segment, spares);
     this.heldBytes -= segment.bytes;
     this.segments.splice(this.segments.indexOf(segment), 1);
@@ -426,15 +316,17 @@ export class Journal {
 
   /**
    * Up to `max` records left by an earlier process and not marked done, in the order they were
-   * written, each in flight under a new id; none once all are handed out. Throws JournalError (the
+   * written, each open again until done(); none once all are handed out. Throws JournalError (the
    * journal then has failed) when a segment cannot be read: it stays, for the next process to read.
    */
-  nextRecovered(max: number): RecoveredRecord[] {
-    const out: RecoveredRecord[] = [];
+  nextRecovered(max: number): RecoveredEntry[] {
+    const out: RecoveredEntry[] = [];
     while (out.length < max) {
       const next = this.recovery.next();
       if (next === undefined) break;
-      out.push({ record: next.record, inFlight: this.track(next.segment, next.index, -1, next.record.count, next.record.timestamp) });
+      const { record } = next;
+      this.openRecords++;
+      out.push({ record, entry: { segment: next.segment, index: next.index, at: -1, points: record.count, timestamp: record.timestamp } });
     }
     return out;
   }
@@ -459,7 +351,7 @@ export class Journal {
 
   /** The last append was refused for room: cleared once the disk has room again (writable()). */
   get noRoom(): JournalError | null {
-    return this.refusedForRoom;
+    return this.room.refusal;
   }
 
   /** Records found damaged when read back. */
@@ -481,9 +373,9 @@ export class Journal {
     return this.maxBytes;
   }
 
-  /** Records not yet acknowledged whole: in flight, and left by an earlier process to be produced again. */
+  /** Records not done: appended or handed out again, and left by an earlier process to be handed out. */
   get records(): number {
-    return this.inFlight.size + this.recovery.records;
+    return this.openRecords + this.recovery.records;
   }
 
   /** Points of the records left by an earlier process not yet handed out (an estimate until each file is read). */
@@ -491,26 +383,7 @@ export class Journal {
     return this.recovery.points;
   }
 
-  /** Points of the records in flight not yet acknowledged. */
-  get pendingPoints(): number {
-    let points = 0;
-    for (const r of this.inFlight.values()) points += r.remaining;
-    return points;
-  }
-
-  /** The acceptance time (ms since the epoch) of the oldest record in flight, or null. */
-  get oldestTimestamp(): number | null {
-    let oldest: number | null = null;
-    // In id order, which is nearly acceptance order: recovered records come after live ones.
-    let looked = 0;
-    for (const r of this.inFlight.values()) {
-      if (oldest === null || r.timestamp < oldest) oldest = r.timestamp;
-      if (++looked === 64) break;
-    }
-    return oldest;
-  }
-
-  /** Writes the marks, syncs (disk mode) and closes; what is in flight stays for the next start. */
+  /** Writes the marks, syncs (disk mode) and closes; what is not done stays for the next start. */
   close(): void {
     // Disk mode: what waits for a commit is synced and answered before the files close.
     this.commits?.close();

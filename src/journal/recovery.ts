@@ -1,11 +1,12 @@
 // What earlier processes left in the journal, read back in the order it was written: the segments
 // still to read, the records read and not yet handed out, and how many records and points wait (an
 // estimate until each file is read: counted from the headers at open, put right as each is read).
-// The journal (journal.ts) hands each record out again under a new id.
+// The journal (journal.ts) hands each record out again until it is done.
 import type { JournalFiles } from './files.js';
 import type { JournalError } from './journal-error.js';
 import type { JournalRecord } from './record.js';
-import { readLeftRecords, type Segment } from './segment-file.js';
+import { countRecords, newSegment, readLeftRecords, readMarks, type Segment } from './segment-file.js';
+import type { FoundFiles } from './slot-files.js';
 
 export interface LeftRecord {
   readonly segment: Segment;
@@ -93,4 +94,30 @@ export class Recovery {
     this.opts.read(segment, records.length);
     return records.map((r) => ({ segment, ...r }));
   }
+}
+
+/**
+ * The segments earlier processes left (found by slot-files.ts), oldest first, each added to
+ * `recovery`: counted now from their headers, read when their turn comes, so that the metrics say
+ * what waits from the start. An earlier version's spill files come first (their points are the
+ * oldest), read where they are: written into a segment instead, a crash between that and their
+ * deletion gave their points back twice.
+ */
+export function leftSegments(files: JournalFiles, slot: number, found: FoundFiles, recovery: Recovery): Segment[] {
+  const segments: Segment[] = [];
+  for (const path of found.spills) {
+    const segment = newSegment(-1, slot, path, { capacity: 0, bytes: 0, recovered: true, spill: true });
+    segments.push(segment);
+    recovery.addSpill(segment);
+  }
+  for (const f of found.segments) {
+    // A mapped segment's file is longer than its records: the records' bytes are what the limit counts.
+    const { records, bytes, points } = countRecords(files, f.path, f.seq);
+    const segment = newSegment(f.seq, f.slot, f.path, { capacity: bytes, bytes, recovered: true, doneBefore: readMarks(files, f.path, f.seq) });
+    segment.records = records;
+    segments.push(segment);
+    const left = points.reduce((sum, n, index) => (segment.doneBefore.has(index) ? sum : sum + n), 0);
+    recovery.addSegment(segment, Math.max(0, records - segment.doneBefore.size), left);
+  }
+  return segments;
 }

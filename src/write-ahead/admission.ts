@@ -3,12 +3,13 @@
 // before the body is read (admission, for the room the last refused request wanted) and once it is
 // parsed (for the request's own points and bytes).
 import type { ProducerRefusal } from '../api/errors.js';
-import type { InFlightRecord, Journal, JournalSync } from '../journal/journal.js';
+import type { Journal, JournalSync } from '../journal/journal.js';
 import { recordBytes } from '../journal/record.js';
 import type { Throttled } from '../log.js';
 import type { WorkerMetrics } from '../metrics/metrics.js';
 import type { EncodedPoints } from '../track-point/encode.js';
 import type { LateFailure, Pending, Refusal } from './acceptance.js';
+import type { InFlightRecord, Ledger } from './ledger.js';
 import type { ReplayCounts } from './replay.js';
 
 /** Room a worker keeps in the journal to call itself ready: one request of 100 points, about. */
@@ -101,12 +102,12 @@ export class Admission {
  * A request's record appended to the journal (in the OS before the answer: the 202 stands on it
  * whatever happens to the process next), or why not.
  */
-export function appendRecord(journal: Journal, batch: EncodedPoints, timestamp: number, errors: Throttled): InFlightRecord | 'journal_failed' | 'journal_full' {
+export function appendRecord(ledger: Ledger, batch: EncodedPoints, timestamp: number, errors: Throttled): InFlightRecord | 'journal_failed' | 'journal_full' {
   try {
-    return journal.append(batch, timestamp);
+    return ledger.append(batch, timestamp);
   } catch (err) {
     // Failed for good: the journal said so once (onFailure), and the worker restarts.
-    if (journal.failure !== null) return 'journal_failed';
+    if (ledger.journal.failure !== null) return 'journal_failed';
     errors.report({ err });
     return 'journal_full';
   }
@@ -132,14 +133,15 @@ function commitFailed(err: Error): LateFailure {
 export function exportFigures(
   metrics: WorkerMetrics,
   producer: { readonly queuedPoints: number; readonly queuedBytes: number },
-  journal: Journal,
+  ledger: Ledger,
   replayed: () => ReplayCounts,
 ): void {
+  const { journal } = ledger;
   metrics.setQueueSource(() => ({ points: producer.queuedPoints, bytes: producer.queuedBytes }));
   metrics.setJournalSource(() => ({
     bytes: journal.bytes,
     records: journal.records,
-    oldestMs: journal.oldestTimestamp,
+    oldestMs: ledger.oldestTimestamp,
     damaged: journal.damagedRecords,
     ...replayed(),
   }));

@@ -18,12 +18,14 @@ import { Throttled } from '../log.js';
 import type { EncodedPoints } from '../track-point/encode.js';
 import type { DeliverySink, Pending, Refusal, SinkOptions } from './acceptance.js';
 import { followedProducer, type AckFollower } from './ack-follower.js';
+import { Ledger } from './ledger.js';
 import { Admission, afterCommit, appendRecord, exportFigures } from './admission.js';
 import { whenEmptied } from './every-poll.js';
 import type { Replay } from './replay.js';
 
 export class AtLeastOnceSink implements DeliverySink {
   private readonly journal: Journal;
+  private readonly ledger: Ledger;
   private readonly producer: KafkaProducer;
   private readonly admit: Admission;
   private readonly replay: Replay;
@@ -38,12 +40,13 @@ export class AtLeastOnceSink implements DeliverySink {
   constructor(opts: SinkOptions) {
     const { config, log, metrics, journal } = opts;
     this.journal = journal;
-    ({ producer: this.producer, replay: this.replay, acks: this.acks } = followedProducer(opts));
+    this.ledger = new Ledger(journal);
+    ({ producer: this.producer, replay: this.replay, acks: this.acks } = followedProducer(opts, this.ledger));
     const kafka = this.producer;
     this.admit = new Admission({ journal, journaled: true, producer: kafka, maxPoints: config.queueMaxPoints, held: () => this.replay.backlog });
     this.journalErrors = new Throttled(log, 'error', 'cannot write the journal: POST /track answers 500 journal_full until it can');
     this.afterCommit = afterCommit(config.journalSync, journal);
-    exportFigures(metrics, kafka, journal, () => this.replay.counts);
+    exportFigures(metrics, kafka, this.ledger, () => this.replay.counts);
   }
 
   start(): void {
@@ -60,7 +63,7 @@ export class AtLeastOnceSink implements DeliverySink {
     const refusal = this.admit.forBatch(batch);
     if (refusal !== null) return refusal;
     const timestamp = Date.now();
-    const record = appendRecord(this.journal, batch, timestamp, this.journalErrors);
+    const record = appendRecord(this.ledger, batch, timestamp, this.journalErrors);
     if (typeof record === 'string') return record;
     const taken = this.producer.produce(batch, record.id, timestamp);
     if (taken < batch.count) this.replay.keepUnproduced(record.id, batch, taken);
@@ -81,7 +84,7 @@ export class AtLeastOnceSink implements DeliverySink {
   }
 
   get pointsLeft(): number {
-    return this.journal.pendingPoints + this.journal.recoveredPoints;
+    return this.ledger.pendingPoints + this.journal.recoveredPoints;
   }
 
   whenEmptied(deadline: number): Promise<boolean> {
@@ -97,7 +100,7 @@ export class AtLeastOnceSink implements DeliverySink {
     const deadline = Date.now() + timeoutMs;
     await this.producer.stop(deadline);
     await this.acks.finish();
-    const left = this.journal.pendingPoints;
+    const left = this.ledger.pendingPoints;
     await this.producer.disconnect(deadline - Date.now());
     return left;
   }

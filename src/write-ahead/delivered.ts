@@ -13,12 +13,15 @@ import type { KafkaProducer } from '../kafka/producer.js';
 import type { EncodedPoints } from '../track-point/encode.js';
 import type { DeliverySink, LateFailure, Pending, Refusal, SinkOptions } from './acceptance.js';
 import { followedProducer, type AckFollower } from './ack-follower.js';
+import { Ledger } from './ledger.js';
 import { Admission, exportFigures } from './admission.js';
 import { whenEmptied } from './every-poll.js';
 import type { Replay } from './replay.js';
 
 export class DeliveredSink implements DeliverySink {
   private readonly journal: Journal;
+  /** What an earlier process left, in flight again: new requests skip the journal. */
+  private readonly ledger: Ledger;
   private readonly producer: KafkaProducer;
   private readonly admit: Admission;
   private readonly replay: Replay;
@@ -27,10 +30,11 @@ export class DeliveredSink implements DeliverySink {
   constructor(opts: SinkOptions) {
     const { config, metrics, journal } = opts;
     this.journal = journal;
-    ({ producer: this.producer, replay: this.replay, acks: this.acks } = followedProducer(opts));
+    this.ledger = new Ledger(journal);
+    ({ producer: this.producer, replay: this.replay, acks: this.acks } = followedProducer(opts, this.ledger));
     const kafka = this.producer;
     this.admit = new Admission({ journal, journaled: false, producer: kafka, maxPoints: config.queueMaxPoints, held: () => this.replay.backlog });
-    exportFigures(metrics, kafka, journal, () => this.replay.counts);
+    exportFigures(metrics, kafka, this.ledger, () => this.replay.counts);
   }
 
   start(): void {
@@ -68,7 +72,7 @@ export class DeliveredSink implements DeliverySink {
   }
 
   get pointsLeft(): number {
-    return this.journal.pendingPoints + this.journal.recoveredPoints;
+    return this.ledger.pendingPoints + this.journal.recoveredPoints;
   }
 
   whenEmptied(deadline: number): Promise<boolean> {

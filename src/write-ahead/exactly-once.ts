@@ -20,12 +20,14 @@ import type { EncodedPoints } from '../track-point/encode.js';
 import type { DeliverySink, Pending, Refusal, SinkOptions } from './acceptance.js';
 import { Admission, afterCommit, appendRecord, exportFigures } from './admission.js';
 import { EveryPoll, whenEmptied } from './every-poll.js';
+import { Ledger } from './ledger.js';
 import { Transactions } from './transactions.js';
 
 const NOTHING_REPLAYED = { retried: 0, recovered: 0, possibleDuplicates: 0 };
 
 export class ExactlyOnceSink implements DeliverySink {
   private readonly journal: Journal;
+  private readonly ledger: Ledger;
   private readonly producer: KafkaProducer;
   private readonly transactions: Transactions;
   private readonly admit: Admission;
@@ -40,6 +42,7 @@ export class ExactlyOnceSink implements DeliverySink {
     const exactlyOnce = config.exactlyOnce;
     if (exactlyOnce === null) throw new Error('ExactlyOnceSink needs DELIVERY=exactly-once');
     this.journal = journal;
+    this.ledger = new Ledger(journal);
     this.producer = opts.producer({
       // In a transaction a failed message fails the commit, which aborts and produces the whole transaction again.
       onFailed: () => undefined,
@@ -52,7 +55,7 @@ export class ExactlyOnceSink implements DeliverySink {
     const calls = this.producer.transactions;
     if (calls === null) throw new Error('DELIVERY=exactly-once needs a producer with a transactional.id');
     this.transactions = new Transactions({
-      journal,
+      ledger: this.ledger,
       journalId,
       producer: calls,
       settings: exactlyOnce,
@@ -78,7 +81,7 @@ export class ExactlyOnceSink implements DeliverySink {
     });
     this.journalErrors = new Throttled(log, 'error', 'cannot write the journal: POST /track answers 500 journal_full until it can');
     this.afterCommit = afterCommit(config.journalSync, journal);
-    exportFigures(metrics, this.producer, journal, () => NOTHING_REPLAYED);
+    exportFigures(metrics, this.producer, this.ledger, () => NOTHING_REPLAYED);
   }
 
   /** Connects in the background; nothing is produced before startTransactions. */
@@ -108,7 +111,7 @@ export class ExactlyOnceSink implements DeliverySink {
     const refusal = this.admit.forBatch(batch);
     if (refusal !== null) return refusal;
     const timestamp = Date.now();
-    const record = appendRecord(this.journal, batch, timestamp, this.journalErrors);
+    const record = appendRecord(this.ledger, batch, timestamp, this.journalErrors);
     if (typeof record === 'string') return record;
     this.transactions.add(record, batch, timestamp);
     this.poll.follow();
@@ -129,7 +132,7 @@ export class ExactlyOnceSink implements DeliverySink {
   }
 
   get pointsLeft(): number {
-    return this.journal.pendingPoints + this.journal.recoveredPoints;
+    return this.ledger.pendingPoints + this.journal.recoveredPoints;
   }
 
   whenEmptied(deadline: number): Promise<boolean> {

@@ -5,7 +5,7 @@
 // with their record's id as the tag and its original timestamp; both wait for room in librdkafka's
 // queue, so that new requests keep their share of it. What an earlier process left is read back by
 // readRecovered(), which the exactly-once sink's transactions call too.
-import type { Journal, RecoveredRecord } from '../journal/journal.js';
+import type { Ledger, RecoveredRecord } from './ledger.js';
 import type { JournalBatch } from '../journal/record.js';
 import type { FailedMessage } from '../kafka/delivery-reports.js';
 
@@ -40,7 +40,7 @@ export class Replay {
   readonly counts: ReplayCounts = { retried: 0, recovered: 0, possibleDuplicates: 0 };
 
   constructor(
-    private readonly journal: Journal,
+    private readonly ledger: Ledger,
     private readonly sink: ReplaySink,
     /** librdkafka's queue is shared: replay takes it up to this many messages, new requests the rest. */
     private readonly queueShare: number,
@@ -66,10 +66,10 @@ export class Replay {
   /** Produces what is due, while Kafka takes points and the queue has room. Called every poll. */
   pass(): void {
     // A failed journal takes nothing more, and its worker is restarting: the next process replays.
-    if (!this.sink.kafkaAvailable() || this.journal.failure !== null) return;
+    if (!this.sink.kafkaAvailable() || this.ledger.journal.failure !== null) return;
     if (this.failed.length > 0 && this.now() >= this.notBefore) this.retry();
     readRecovered(
-      this.journal,
+      this.ledger,
       () => this.sink.queueLength() < this.queueShare,
       ({ record, inFlight }) => {
         const taken = this.sink.produce(record, inFlight.id, record.timestamp);
@@ -91,7 +91,7 @@ export class Replay {
       else group.push(m);
     }
     for (const [id, messages] of byRecord) {
-      const record = this.journal.get(id);
+      const record = this.ledger.get(id);
       if (record === undefined) continue; // acknowledged meanwhile (a report of a message retried twice)
       const batch = batchOf(messages);
       const taken = this.sink.produce(batch, id, record.timestamp);
@@ -122,11 +122,11 @@ export class Replay {
  * holds, at most RECOVERED_PER_PASS a call. A segment that cannot be read ends the pass: the journal
  * has failed then, and the worker is restarted (the next process reads it again).
  */
-export function readRecovered(journal: Journal, room: () => boolean, take: (next: RecoveredRecord) => void): void {
-  for (let n = 0; n < RECOVERED_PER_PASS && journal.recovering && room(); n++) {
+export function readRecovered(ledger: Ledger, room: () => boolean, take: (next: RecoveredRecord) => void): void {
+  for (let n = 0; n < RECOVERED_PER_PASS && ledger.journal.recovering && room(); n++) {
     let next: RecoveredRecord | undefined;
     try {
-      next = journal.nextRecovered(1)[0];
+      next = ledger.nextRecovered(1)[0];
     } catch {
       return;
     }

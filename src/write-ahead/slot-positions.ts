@@ -1,6 +1,6 @@
 // DELIVERY=exactly-once: each slot's committed journal position as the transactions (transactions.ts)
 // know it: read at the start, written in every transaction, moved by every commit.
-import type { InFlightRecord } from '../journal/journal.js';
+import type { InFlightRecord } from './ledger.js';
 import { covers, positionMessage, type JournalPosition } from '../kafka/positions.js';
 import type { ProducedBatch } from '../kafka/producer.js';
 import type { Logger } from '../log.js';

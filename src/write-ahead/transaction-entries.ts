@@ -1,6 +1,6 @@
 // The records of the exactly-once sink on their way through its transactions (transactions.ts), and
 // the queues that hold them: each queue counts its points, which admission and TRANSACTION_MAX_POINTS read.
-import type { InFlightRecord } from '../journal/journal.js';
+import type { InFlightRecord } from './ledger.js';
 import type { JournalBatch } from '../journal/record.js';
 
 /**

@@ -17,12 +17,13 @@
 // Errors by class (kafka/transactional-producer.ts): retriable, the call again; abortable, abort and
 // produce the records in the next transaction; fatal (a fence), the worker ends.
 import type { ExactlyOnce } from '../config.js';
-import type { InFlightRecord, Journal } from '../journal/journal.js';
+import type { Journal } from '../journal/journal.js';
 import type { JournalBatch } from '../journal/record.js';
 import type { JournalPosition } from '../kafka/positions.js';
 import { errorMessage, isFenced, refusalError, transactionErrorClass, type TransactionalProducer } from '../kafka/transactional-producer.js';
 import type { Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics/metrics.js';
+import type { InFlightRecord, Ledger } from './ledger.js';
 import { readRecovered } from './replay.js';
 import { SlotPositions } from './slot-positions.js';
 import { copyOf, Entries, type Entry } from './transaction-entries.js';
@@ -35,7 +36,8 @@ const INIT_ATTEMPTS = 3;
 const RETRY_DELAY_MS = 100;
 
 export interface TransactionsOptions {
-  journal: Journal;
+  /** The journal's records in flight, and the journal (ledger.journal). */
+  ledger: Ledger;
   /** The journal directory's identity (journal/journal-id.ts): positions count in it. */
   journalId: string;
   producer: TransactionalProducer;
@@ -61,6 +63,7 @@ export class Transactions {
   private openedAt = 0;
   private readonly positions: SlotPositions;
   private readonly journal: Journal;
+  private readonly ledger: Ledger;
   private readonly producer: TransactionalProducer;
   private readonly settings: ExactlyOnce;
   private readonly log: Logger;
@@ -69,7 +72,8 @@ export class Transactions {
   private ended: (() => void)[] = [];
 
   constructor(private readonly opts: TransactionsOptions) {
-    this.journal = opts.journal;
+    this.ledger = opts.ledger;
+    this.journal = opts.ledger.journal;
     this.producer = opts.producer;
     this.settings = opts.settings;
     this.log = opts.log;
@@ -186,11 +190,11 @@ export class Transactions {
   private recover(): void {
     if (this.state === 'starting') return;
     readRecovered(
-      this.journal,
+      this.ledger,
       () => this.waiting.points + this.open.points < this.settings.maxPoints,
       ({ record, inFlight }) => {
         if (this.positions.covers(inFlight)) {
-          this.journal.acknowledged(inFlight.id, inFlight.points);
+          this.ledger.acknowledged(inFlight.id, inFlight.points);
           this.metrics.recoveredCommitted.inc();
           this.committedBefore += inFlight.points;
           return;
@@ -299,7 +303,7 @@ export class Transactions {
   private committedAll(positions: Map<number, JournalPosition>): void {
     const now = performance.now();
     for (const { record } of this.open) {
-      const done = this.journal.acknowledged(record.id, record.remaining);
+      const done = this.ledger.acknowledged(record.id, record.remaining);
       if (done !== null) this.metrics.deliveryLatency.observe((now - done.producedAt) / 1000);
     }
     this.journal.flushMarks();
@@ -370,7 +374,7 @@ export class Transactions {
     }
     if (this.state !== 'failed') this.state = 'stopped';
     if (this.endTimer !== null) clearTimeout(this.endTimer);
-    return this.journal.pendingPoints;
+    return this.ledger.pendingPoints;
   }
 }
 

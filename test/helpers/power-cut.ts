@@ -21,6 +21,7 @@
 // still come back.
 import { crc32 } from 'node:zlib';
 import type { Journal as JournalType, JournalOptions } from '../../src/journal/journal.js';
+import { Ledger } from '../../src/write-ahead/ledger.js';
 import { recordBytes, scanSegment, type JournalBatch, type JournalRecord } from '../../src/journal/record.js';
 import { makeDurableDir } from '../../src/journal/slot-files.js';
 import { claimSlotsNow, type SlotClaim } from '../../src/journal/slot-lock.js';
@@ -29,6 +30,14 @@ import { messagesOf } from '../../support/messages.js';
 import { CrashableFiles, seeded, type CutKind } from './crashable-files.js';
 
 export type JournalClass = new (opts: JournalOptions) => JournalType;
+
+/** Each journal's ledger of what Kafka acknowledged (write-ahead/ledger.ts), as a sink keeps one. */
+const ledgers = new WeakMap<JournalType, Ledger>();
+function ledgerOf(journal: JournalType): Ledger {
+  let ledger = ledgers.get(journal);
+  if (ledger === undefined) ledgers.set(journal, (ledger = new Ledger(journal)));
+  return ledger;
+}
 
 export interface WorkloadOptions {
   Journal: JournalClass;
@@ -158,10 +167,10 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
     recoveries++;
     let journal: JournalType;
     let claim: SlotClaim;
-    let got: ReturnType<JournalType['nextRecovered']>;
+    let got: ReturnType<Ledger['nextRecovered']>;
     try {
       ({ journal, claim } = openWithClaim(files));
-      got = journal.nextRecovered(Number.MAX_SAFE_INTEGER);
+      got = ledgerOf(journal).nextRecovered(Number.MAX_SAFE_INTEGER);
     } catch (err) {
       // A failing disk may fail a recovery: the worker is restarted and tries again (recoverOnFailingDisk).
       if (files.faults !== null && err instanceof Error && err.name === 'JournalError') throw new RecoveryFailed(err.message);
@@ -362,7 +371,7 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
     written.set(id, { batch, timestamp });
     let record;
     try {
-      record = journal.append(batch, timestamp);
+      record = ledgerOf(journal).append(batch, timestamp);
     } catch (err) {
       // By name: a mutant's copy of the journal (power-cut-mutants.test.ts) has a class of its own.
       if (!(err instanceof Error && err.name === 'JournalError')) throw err;
@@ -384,14 +393,14 @@ export async function runWorkload(opts: WorkloadOptions): Promise<WorkloadResult
     if (inFlight.size === 0) return;
     // Kafka acknowledges mostly in the order records were produced (partitions interleave a little).
     const jid = random() < 0.8 ? inFlight.keys().next().value! : pick([...inFlight.keys()]);
-    const r = journal.get(jid);
+    const r = ledgerOf(journal).get(jid);
     if (r === undefined) return;
     const n = random() < 0.7 ? r.remaining : 1 + Math.floor(random() * r.remaining);
     // Kafka has the record once its last point is acknowledged, before the journal hears of it: from
     // then on it may be gone from the disk at any step of acknowledged().
     const id = inFlight.get(jid)!;
     if (n === r.remaining) done.add(id);
-    if (journal.acknowledged(jid, n) !== null) {
+    if (ledgerOf(journal).acknowledged(jid, n) !== null) {
       if (!done.has(id)) throw new Error(`the journal took record r${id} for done before all its points were acknowledged`);
       inFlight.delete(jid);
       count('acknowledged');

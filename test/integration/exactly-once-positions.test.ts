@@ -14,7 +14,6 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { loadConfig, transactionalId, type Config } from '../../src/config.js';
 import { diskFiles } from '../../src/journal/files.js';
 import { journalIdentity } from '../../src/journal/journal-id.js';
-import type { Journal } from '../../src/journal/journal.js';
 import { readPositions } from '../../src/kafka/positions.js';
 import { KafkaProducer, type ProducedBatch } from '../../src/kafka/producer.js';
 import type { KafkaTransactions } from '../../src/kafka/transactional-producer.js';
@@ -22,6 +21,7 @@ import { producerSettings } from '../../src/kafka/settings.js';
 import { createWorkerMetrics, type WorkerMetrics } from '../../src/metrics/metrics.js';
 import { encodePoints } from '../../src/track-point/encode.js';
 import type { TransactionalProducer } from '../../src/kafka/transactional-producer.js';
+import { Ledger } from '../../src/write-ahead/ledger.js';
 import { Transactions } from '../../src/write-ahead/transactions.js';
 import { BROKERS, consumeAll, createTopic, uniqueTopic } from '../../support/kafka.js';
 import { openJournal } from '../helpers/journal.js';
@@ -61,11 +61,11 @@ async function exactlyOnceTopic(name: string, more: Record<string, string> = {})
 const readCommittedPositions = (config: Config) => (keys: string[]) =>
   readPositions({ brokers: BROKERS, topic: config.exactlyOnce!.positionsTopic, keys, connection: {}, timeoutMs: 20_000 });
 
-/** Slot 0's transactions over `journal` through `producer`, as a worker makes them; a fatal error fails the test. */
-function slotTransactions(config: Config, journal: Journal, producer: TransactionalProducer, metrics: WorkerMetrics): Transactions {
+/** Slot 0's transactions over `ledger` (its journal) through `producer`, as a worker makes them; a fatal error fails the test. */
+function slotTransactions(config: Config, ledger: Ledger, producer: TransactionalProducer, metrics: WorkerMetrics): Transactions {
   const exactlyOnce = config.exactlyOnce!;
   return new Transactions({
-    journal,
+    ledger,
     journalId: journalIdentity(diskFiles, dir),
     producer,
     settings: exactlyOnce,
@@ -103,15 +103,16 @@ async function holder(config: Config, metrics: WorkerMetrics, crashAfterCommit: 
       if (crashAfterCommit) await new Promise(() => undefined);
     },
   });
-  const transactions = slotTransactions(config, journal, transactional, metrics);
+  const ledger = new Ledger(journal);
+  const transactions = slotTransactions(config, ledger, transactional, metrics);
   await transactions.start([0], readCommittedPositions(config));
   const poll = setInterval(() => transactions.pass(), 10);
-  return { journal, producer, transactions, commits: () => commits, stop: () => clearInterval(poll) };
+  return { journal, ledger, producer, transactions, commits: () => commits, stop: () => clearInterval(poll) };
 }
 
-function accept(journal: Journal, transactions: Transactions | null, r: number): void {
+function accept(ledger: Ledger, transactions: Transactions | null, r: number): void {
   const batch = request(r);
-  const record = journal.append(batch, Date.now());
+  const record = ledger.append(batch, Date.now());
   transactions?.add(record, batch, Date.now());
 }
 
@@ -120,10 +121,10 @@ describe('DELIVERY=exactly-once: a crash between the commit and the journal mark
     const { topic, config } = await exactlyOnceTopic('eos-positions', { TRANSACTION_COMMIT_INTERVAL_MS: '200' });
 
     const first = await holder(config, createWorkerMetrics('first'), true);
-    for (let r = 0; r < 5; r++) accept(first.journal, first.transactions, r);
+    for (let r = 0; r < 5; r++) accept(first.ledger, first.transactions, r);
     await until('the first transaction committed', async () => first.commits() === 1, 20_000);
     // Accepted after that commit began, before the crash: in the journal, in no transaction.
-    for (let r = 5; r < 7; r++) accept(first.journal, null, r);
+    for (let r = 5; r < 7; r++) accept(first.ledger, null, r);
     first.stop();
     expect(first.journal.records).toBe(7); // nothing was marked done
 
@@ -157,7 +158,7 @@ describe('DELIVERY=exactly-once: a crash between the commit and the journal mark
       const { topic, config } = await exactlyOnceTopic('eos-abort', { TRANSACTION_COMMIT_INTERVAL_MS: '200' });
       const metrics = createWorkerMetrics('abort');
       const h = await holder(config, metrics, false, fault);
-      for (let r = 0; r < 5; r++) accept(h.journal, h.transactions, r);
+      for (let r = 0; r < 5; r++) accept(h.ledger, h.transactions, r);
       await until('the journal committed whole', async () => h.journal.records === 0, 30_000);
       h.stop();
       const outcome = async (o: string) => (await metrics.transactions.get()).values.find((v) => v.labels.outcome === o)?.value ?? 0;
@@ -211,7 +212,7 @@ describe('DELIVERY=exactly-once: a crash between the commit and the journal mark
             },
           ),
       });
-      const transactions = slotTransactions(config, journal, watched, createWorkerMetrics('stop-at-start'));
+      const transactions = slotTransactions(config, new Ledger(journal), watched, createWorkerMetrics('stop-at-start'));
       const started = transactions.start([0], readCommittedPositions(config));
       // The worker's shutdown, as it runs when the signal comes during the start.
       expect(await transactions.drain(Date.now() + 10_000)).toBe(0);
@@ -228,7 +229,7 @@ describe('DELIVERY=exactly-once: a crash between the commit and the journal mark
   it('a drain with 2,000 records in the open transaction commits them and leaves every record marked done', { timeout: 120_000 }, async () => {
     const { config } = await exactlyOnceTopic('eos-drain', { TRANSACTION_COMMIT_INTERVAL_MS: '5000', TRANSACTION_MAX_POINTS: '100000' });
     const h = await holder(config, createWorkerMetrics('drain'), false);
-    for (let r = 0; r < 2_000; r++) accept(h.journal, h.transactions, r);
+    for (let r = 0; r < 2_000; r++) accept(h.ledger, h.transactions, r);
     expect(await h.transactions.drain(Date.now() + 30_000)).toBe(0);
     expect([h.commits(), h.journal.records]).toEqual([1, 0]);
     h.stop();

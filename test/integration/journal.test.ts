@@ -35,7 +35,7 @@ describe('what an earlier process left in the journal', () => {
         const r = journal.append({ count: 1, data: Buffer.from(e.data), messages: e.messages.slice() }, 1_700_000_000_000 + seq);
         // A tenth acknowledged before the crash, and marked: not produced again.
         if (seq % 10 === 0) {
-          journal.acknowledged(r.id, 1);
+          journal.done(r);
           doneBefore++;
         } else written.push(JSON.stringify(p));
       }

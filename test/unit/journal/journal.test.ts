@@ -23,6 +23,7 @@ import { crc32 } from 'node:zlib';
 import { crc32c } from '../../../src/journal/native.js';
 import { describe, expect, it } from 'vitest';
 import { Journal, JournalError, SEGMENT_MAX_BYTES } from '../../../src/journal/journal.js';
+import { Ledger } from '../../../src/write-ahead/ledger.js';
 import { mappableFileSystem } from '../../../src/journal/native.js';
 import { decodeMarks, encodeMarks } from '../../../src/journal/marks.js';
 import { recordBytes, scanSegment, type JournalBatch, type SegmentItem } from '../../../src/journal/record.js';
@@ -55,7 +56,7 @@ const batch = (tag: string, n: number): JournalBatch => {
   return { count: e.count, data: Buffer.from(e.data), messages: e.messages.slice() };
 };
 const keys = (b: JournalBatch) => messagesOf(b).keys.map((k) => k.toString());
-const recovered = (journal: Journal) => journal.nextRecovered(10_000).map((r) => ({ keys: keys(r.record), timestamp: r.record.timestamp, id: r.inFlight.id }));
+const recovered = (journal: Journal) => journal.nextRecovered(10_000).map((r) => ({ keys: keys(r.record), timestamp: r.record.timestamp, entry: r.entry }));
 
 /** The paths of the files this process has open (Linux). */
 function openFiles(): string[] {
@@ -111,7 +112,7 @@ describe('Journal', () => {
     expect(read?.kind).toBe('record');
     if (read?.kind !== 'record') return;
     expect([keys(read.record), read.record.timestamp, read.index]).toEqual([['a-0', 'a-1', 'a-2'], 1_700_000_000_123, 0]);
-    expect([r.points, r.remaining, journal.records, journal.bytes]).toEqual([3, 3, 1, bytes.byteLength]);
+    expect([r.points, journal.records, journal.bytes]).toEqual([3, 1, bytes.byteLength]);
   });
 
   it.runIf(mappableFileSystem(tmpdir()) !== null)(
@@ -156,7 +157,7 @@ describe('Journal', () => {
       const records = Array.from({ length: Math.ceil((5 * SEGMENT_MAX_BYTES) / recordBytes(big)) }, () => journal.append(big, 1));
       expect(readdirSync(d).filter((n) => n.endsWith('.wal')).length).toBeGreaterThanOrEqual(5);
       expect(mapped()).toBeLessThanOrEqual(3);
-      for (const r of records) journal.acknowledged(r.id, big.count);
+      for (const r of records) journal.done(r);
       expect(mapped()).toBeLessThanOrEqual(3);
       journal.close();
       expect(mapped()).toBe(0);
@@ -217,13 +218,14 @@ describe('Journal', () => {
     }
   });
 
-  it('keeps a record until all its points are acknowledged, then marks it done', () => {
+  it('keeps a record until all its points are acknowledged (the ledger counts them), then marks it done', () => {
     const d = dir();
     const { journal } = open(d);
-    const r = journal.append(batch('a', 3), 1);
-    expect(journal.acknowledged(r.id, 2)).toBeNull();
-    expect(journal.pendingPoints).toBe(1);
-    expect(journal.acknowledged(r.id, 1)).toBe(r);
+    const ledger = new Ledger(journal);
+    const r = ledger.append(batch('a', 3), 1);
+    expect(ledger.acknowledged(r.id, 2)).toBeNull();
+    expect([ledger.pendingPoints, journal.records]).toEqual([1, 1]);
+    expect(ledger.acknowledged(r.id, 1)).toBe(r);
     expect(journal.records).toBe(0);
     journal.flushMarks();
     const marks = readdirSync(d).find((n) => n.endsWith('.done'))!;
@@ -234,7 +236,7 @@ describe('Journal', () => {
     const d = dir();
     const { journal: first } = open(d);
     const records = ['a', 'b', 'c'].map((t) => first.append(batch(t, 1), 1));
-    first.acknowledged(records[1]!.id, 1);
+    first.done(records[1]!);
     first.flushMarks();
     first.close();
     // What a power cut may leave of marks never synced: the file's size kept over data that was not
@@ -257,10 +259,10 @@ describe('Journal', () => {
   it('after a crash, gives back every record not marked done, in order, with its timestamp, and deletes the files once those are done', () => {
     const d = dir();
     const first = open(d).journal;
-    const ids = ['a', 'b', 'c', 'd'].map((t, i) => first.append(batch(t, 2), 1_000 + i).id);
-    first.acknowledged(ids[1]!, 2); // b done and marked
+    const ids = ['a', 'b', 'c', 'd'].map((t, i) => first.append(batch(t, 2), 1_000 + i));
+    first.done(ids[1]!); // b done and marked
     first.flushMarks();
-    first.acknowledged(ids[2]!, 2); // c done, its mark not yet written: a crash now
+    first.done(ids[2]!); // c done, its mark not yet written: a crash now
     // A new process in the slot.
     const { journal } = open(d);
     expect(journal.recovering).toBe(true);
@@ -271,7 +273,7 @@ describe('Journal', () => {
       ['d-0', 1_003],
     ]);
     expect(journal.recovering).toBe(false);
-    for (const r of again) journal.acknowledged(r.id, 2);
+    for (const r of again) journal.done(r.entry);
     // No records left: the recovered segment and its marks are deleted (an earlier process's file is
     // never kept as a spare); the slot's reservation of segment numbers stays.
     expect(names(d)).toEqual(['slot-0.000000001000.next']);
@@ -281,7 +283,7 @@ describe('Journal', () => {
   it('never numbers a segment as one before it, even once every file was deleted: its numbers are reserved on the disk', () => {
     const d = dir();
     const { journal: first } = open(d, { mapSegments: false, segmentBytes: 4096 });
-    for (let i = 0; i < 5; i++) first.acknowledged(first.append(batch(`x${i}`, 20), 1).id, 20); // a segment each
+    for (let i = 0; i < 5; i++) first.done(first.append(batch(`x${i}`, 20), 1)); // a segment each
     first.close();
     const listed = () => names(d).sort();
     // Every segment done and deleted: nothing left but the reservation (segments 0 to 4 were used).
@@ -302,7 +304,7 @@ describe('Journal', () => {
     const first = open(d).journal;
     // Two records of 0.6 MB, acknowledged: the segment, done and over 1 MiB, is kept as a spare.
     const big = batch('old', 6000);
-    for (const r of [first.append(big, 1), first.append(big, 1)]) first.acknowledged(r.id, big.count);
+    for (const r of [first.append(big, 1), first.append(big, 1)]) first.done(r);
     expect(readdirSync(d).filter((n) => n.endsWith('.spare'))).toHaveLength(1);
     expect(readdirSync(d).filter((n) => n.endsWith('.wal'))).toEqual([]);
     // The next process writes its segment over that spare: two small records over the old big ones.
@@ -322,7 +324,7 @@ describe('Journal', () => {
     const first = open(d).journal;
     // Two records of 0.6 MB, acknowledged: the segment, done and over 1 MiB, is kept as a spare.
     const old = batch('old', 6000);
-    for (const r of [first.append(old, 1), first.append(old, 1)]) first.acknowledged(r.id, old.count);
+    for (const r of [first.append(old, 1), first.append(old, 1)]) first.done(r);
     // The same process writes one record of the same size over it (the old second record stays whole
     // after it), then crashes.
     first.append(batch('new', 6000), 2);
@@ -347,7 +349,7 @@ describe('Journal', () => {
     const per = Math.floor(SEGMENT_MAX_BYTES / recordBytes(big));
     const records = Array.from({ length: per + 2 }, () => journal.append(big, 1));
     expect(readdirSync(d).filter((n) => n.endsWith('.wal'))).toHaveLength(2);
-    for (const r of records.slice(0, per)) journal.acknowledged(r.id, big.count);
+    for (const r of records.slice(0, per)) journal.done(r);
     expect(readdirSync(d).filter((n) => n.endsWith('.wal'))).toHaveLength(1);
     expect(journal.bytes).toBe(2 * recordBytes(big));
   });
@@ -466,10 +468,10 @@ describe('Journal', () => {
     ]);
     // Still there until Kafka has both: a crash now produces them again, from the same file.
     expect(readdirSync(d).filter((n) => n.endsWith('.spill'))).toEqual(['worker-0.000000000003.spill']);
-    expect(journal.acknowledged(again[0]!.inFlight.id, 1)).not.toBeNull();
+    journal.done(again[0]!.entry);
     journal.flushMarks();
     expect(names(d).filter((n) => !n.endsWith('.spill'))).toEqual([]); // a spill file gets no marks
-    expect(journal.acknowledged(again[1]!.inFlight.id, 1)).not.toBeNull();
+    journal.done(again[1]!.entry);
     expect(readdirSync(d).some((n) => n.endsWith('.spill'))).toBe(false);
   });
 
@@ -497,7 +499,7 @@ describe('Journal', () => {
     const big = batch('big', 10_000); // about 1.2 MB: past the size at which a segment all done is rolled over
     const r = journal.append(big, 1);
     const committed = new Promise<Error | null>((resolve) => journal.afterCommit(resolve));
-    journal.acknowledged(r.id, big.count); // all done: the segment is sealed now, its fdatasync not yet run
+    journal.done(r); // all done: the segment is sealed now, its fdatasync not yet run
     expect(await committed).toBeNull();
     await busy;
   });
@@ -519,8 +521,8 @@ describe('Journal', () => {
     const small = batch('small', 1);
     const second = journal.append(small, 2); // the same segment, for the next commit
     const secondCommit = new Promise<Error | null>((resolve) => journal.afterCommit(resolve));
-    journal.acknowledged(first.id, big.count);
-    journal.acknowledged(second.id, small.count); // all done: sealed while the first commit waits
+    journal.done(first);
+    journal.done(second); // all done: sealed while the first commit waits
     expect(await firstCommit).toBeNull();
     // Closed at the end of the first commit, the second's fdatasync would fail (EBADF: a 500 for a
     // request whose points were taken) or sync whatever file took the number, leaving this one unsynced.

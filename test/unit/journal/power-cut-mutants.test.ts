@@ -35,8 +35,8 @@ const MUTANTS: readonly Mutant[] = [
   {
     name: 'a mark written before its record is acknowledged',
     file: 'journal.ts',
-    from: '    const { segment, index, at } = this.write(batch, timestamp);\n    return this.track(',
-    to: '    const { segment, index, at } = this.write(batch, timestamp);\n    segment.marks.push(index);\n    return this.track(',
+    from: '    const { segment, index, at } = this.write(batch, timestamp);\n    this.openRecords++;',
+    to: '    const { segment, index, at } = this.write(batch, timestamp);\n    segment.marks.push(index);\n    this.openRecords++;',
   },
   {
     name: "a spare's stale record read as current (the segment number not checked)",

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { JournalBatch } from '../../../src/journal/record.js';
 import { Replay } from '../../../src/write-ahead/replay.js';
+import { Ledger } from '../../../src/write-ahead/ledger.js';
 import { openJournal } from '../../helpers/journal.js';
 import { encodePoints } from '../../../src/track-point/encode.js';
 import { messagesOf } from '../../../support/messages.js';
@@ -37,8 +38,9 @@ function setup(opts: { available?: boolean; takes?: number; queue?: number; dir?
       return this.available;
     },
   };
-  const replay = new Replay(journal, sink, 10, () => now);
-  return { journal, sink, replay, produced, advance: (ms: number) => (now += ms) };
+  const ledger = new Ledger(journal);
+  const replay = new Replay(ledger, sink, 10, () => now);
+  return { ledger, sink, replay, produced, advance: (ms: number) => (now += ms) };
 }
 
 const failed = (b: JournalBatch, id: number, i: number, possiblyWritten = false) => {
@@ -48,11 +50,11 @@ const failed = (b: JournalBatch, id: number, i: number, possiblyWritten = false)
 
 describe('Replay', () => {
   it("produces failed messages again after the back-off, grouped by record, each with its record's timestamp", () => {
-    const { journal, replay, produced, advance } = setup();
+    const { ledger, replay, produced, advance } = setup();
     const a = batch('a', 3);
     const b = batch('b', 2);
-    const ra = journal.append(a, 111);
-    const rb = journal.append(b, 222);
+    const ra = ledger.append(a, 111);
+    const rb = ledger.append(b, 222);
     replay.fail(failed(a, ra.id, 0, true));
     replay.fail(failed(b, rb.id, 1));
     replay.fail(failed(a, ra.id, 2));
@@ -69,9 +71,9 @@ describe('Replay', () => {
   });
 
   it('waits longer after a retry Kafka took nothing of, up to 10 s, and not while Kafka is away', () => {
-    const { journal, sink, replay, produced, advance } = setup({ takes: 0 });
+    const { ledger, sink, replay, produced, advance } = setup({ takes: 0 });
     const a = batch('a', 1);
-    const r = journal.append(a, 1);
+    const r = ledger.append(a, 1);
     replay.fail(failed(a, r.id, 0));
     const tries: number[] = [];
     let t = 0;

@@ -19,6 +19,7 @@ import { createWorkerMetrics, type WorkerMetrics } from '../../../src/metrics/me
 import { encodePoints } from '../../../src/track-point/encode.js';
 import type { TransactionalProducer } from '../../../src/kafka/transactional-producer.js';
 import { Transactions } from '../../../src/write-ahead/transactions.js';
+import { Ledger } from '../../../src/write-ahead/ledger.js';
 import { openJournal } from '../../helpers/journal.js';
 
 const quiet = pino({ level: 'silent' }, new Writable({ write: (_c, _e, done) => done() }));
@@ -117,8 +118,9 @@ function setup({ dir = mkdtempSync(join(tmpdir(), 'transactions-unit-')), settin
   const calls = new FakeCalls();
   const metrics = createWorkerMetrics('unit');
   const fatals: boolean[] = [];
+  const ledger = new Ledger(journal);
   const transactions = new Transactions({
-    journal,
+    ledger,
     journalId: JOURNAL_ID,
     producer: calls,
     settings: { instance: 'unit', positionsTopic: 'positions', commitIntervalMs: 20, maxPoints: 1_000, transactionTimeoutMs: 5_000, ...settings },
@@ -133,7 +135,7 @@ function setup({ dir = mkdtempSync(join(tmpdir(), 'transactions-unit-')), settin
   const start = () => transactions.start([0], () => Promise.resolve(positions));
   const accept = (r: number, n = 2) => {
     const batch = request(r, n);
-    transactions.add(journal.append(batch, Date.now()), batch, Date.now());
+    transactions.add(ledger.append(batch, Date.now()), batch, Date.now());
   };
   return { journal, calls, metrics, fatals, transactions, start, accept, stop: () => clearInterval(poll) };
 }
