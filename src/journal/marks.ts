@@ -7,7 +7,7 @@
 // The check is there because a mark is never synced: after a power cut its bytes may be torn or read
 // as zeros (the file's size kept over data that was not), and a zero mark without a check said
 // "record 0 is done": the power-cut test lost a record answered 202 that way (docs/reliability.md,
-// seed 3). A mark that does not check is skipped: its record comes back, a duplicate, never a loss.
+// "A power cut"). A mark that does not check is skipped: its record comes back, a duplicate, never a loss.
 // The seq in the check ties a mark to its segment's number, not to a file that once had it.
 // Earlier versions wrote `.acks` files of bare u32 indexes: legacy.ts reads them (an upgrade).
 import { crc32c } from './native.js';

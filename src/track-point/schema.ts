@@ -124,8 +124,8 @@ class InvalidPoints {
 /**
  * What zod's safeParse gives, without its failure object: that result is a literal with a getter, a
  * hidden class of its own on every call, and under a flood of invalid points (thousands a second)
- * the worker's young-generation collections took 6 to 12 ms each instead of under 1 (the valid
- * requests' p99 rose by 3 ms: docs/performance.md, "Refused requests"). The same run and
+ * the worker's young-generation collections grew long enough to raise the valid requests' p99
+ * (`make bench-refused`). The same run and
  * the same finalized issues (messages included) as zod/v4/core/parse.js, minus that object and
  * the ZodError around them.
  */
