@@ -31,14 +31,10 @@ import { BrokerState, silenceReason } from './broker-state.js';
 import { codeName, DeliveryReports, TicketDeadlines, type DeliveryTicket, type FailedMessage } from './delivery-reports.js';
 import { messageMaxBytes, type ProducerSettings } from './settings.js';
 import { realBrokers, StatisticsExporter, topicLeaders, type Statistics } from './statistics.js';
-import { enqueuedBefore, isFenced, KafkaTransactions } from './transactional-producer.js';
+import { enqueuedBefore, type ProducedBatch } from './produce-batch.js';
+import { isFenced, KafkaTransactions } from './transactional-producer.js';
 
-/** What a message handed to produce() may be: the shape of a journal record (journal/record.ts). */
-export interface ProducedBatch {
-  readonly count: number;
-  readonly data: Uint8Array;
-  readonly messages: Uint32Array;
-}
+export type { ProducedBatch };
 
 /** What the producer tells its owner. */
 export interface ProducerEvents {

@@ -6,7 +6,7 @@
 // abort. The binding runs a call on a thread of libuv's pool; destroying the client under it aborts
 // the process inside librdkafka, so disconnect() waits for the call under way (callUnderWay).
 import Kafka from '@confluentinc/kafka-javascript';
-import type { ProducedBatch } from './producer.js';
+import { enqueuedBefore, type ProducedBatch } from './produce-batch.js';
 import type { ProducerSettings } from './settings.js';
 
 /**
@@ -176,10 +176,4 @@ export function errorMessage(err: unknown): string {
 /** A binding call with a callback of an error or nothing, as a promise. */
 function settled(call: (done: (err: Kafka.LibrdKafkaError | null | undefined) => void) => void): Promise<void> {
   return new Promise((resolve, reject) => call((err) => (err ? reject(err) : resolve())));
-}
-
-/** How many messages produceBatch queued before it threw (its error says; 0 for any other error). */
-export function enqueuedBefore(err: unknown): number {
-  const enqueued = typeof err === 'object' && err !== null && 'enqueued' in err ? err.enqueued : 0;
-  return typeof enqueued === 'number' ? enqueued : 0;
 }
