@@ -2,7 +2,7 @@
 // the same run, against the local Kafka; results go to bench/results/ (JSON, Markdown, SVG).
 // See bench/README.md for what is measured and how.
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
@@ -22,6 +22,11 @@ import { markdown, svgChart, type ScenarioResult } from './lib/report.js';
 import { startTarget, type Impl } from './lib/targets.js';
 import { benchPoints } from './lib/points.js';
 import { envNumber } from './lib/env.js';
+
+/** The Kafka that scripts/kafka.sh runs: its Maven project names it (scripts/kafka/pom.xml). */
+function localKafkaVersion(): string {
+  return /<kafka\.version>([^<]+)<\/kafka\.version>/.exec(readFileSync(new URL('../../scripts/kafka/pom.xml', import.meta.url), 'utf8'))?.[1] ?? 'unknown';
+}
 
 const env = process.env;
 const DESIGN_SECONDS = envNumber('BENCH_DESIGN_SECONDS', 60);
@@ -249,7 +254,7 @@ async function main() {
     node: process.version,
     cpu: `${cpuModel()} × ${cpus().length}`,
     memory: `${Math.round(totalmem() / 2 ** 30)} GiB`,
-    broker: `${BROKERS} (scripts/kafka.sh, Apache Kafka 4.1.1, one broker on the same machine)`,
+    broker: `${BROKERS} (scripts/kafka.sh, Apache Kafka ${localKafkaVersion()}, one broker on the same machine)`,
     'producer (ours)': `librdkafka ${Kafka.librdkafkaVersion}: linger.ms=${settings.global['linger.ms']}, batch.num.messages=${settings.global['batch.num.messages']}, enable.idempotence=${settings.global['enable.idempotence']}, acks=all, partitioner=murmur2_random`,
     'producer (baseline)': 'kafkajs 2.2.4, idempotent, acks=-1, one send() per request, default partitioner (murmur2)',
     'load generator': `design load: evenly paced open loop (bench/lib/paced-load.ts), one worker thread${DESIGN_AUTOCANNON ? ', and autocannon overallRate for comparison' : ''}${DESIGN_GATEWAY ? '; once more through the reference gateway (nginx + Lua + Redis, deploy/gateway)' : ''}${DESIGN_VEGETA ? '; and with vegeta (open loop, github.com/tsenart/vegeta), direct and through the gateway' : ''}; saturation: autocannon, ${LOAD_THREADS} worker thread(s), pipelining 1; both in this runner's process`,
