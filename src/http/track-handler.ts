@@ -87,7 +87,7 @@ export class TrackHandler {
       maxBodyBytes: config.maxBodyBytes,
     });
     this.waiting = new WaitingRoom(() => sink.admission(), config.queueFullWaitMs, config.queueFullWaitMaxBytes);
-    metrics.setWaitingSource(() => this.waiting.size);
+    metrics.scrapeWaiting(() => this.waiting.size);
   }
 
   /** Requests whose body is kept in the waiting room: shutdown waits for them. */

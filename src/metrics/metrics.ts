@@ -12,6 +12,12 @@ import { deltas, METRIC_PREFIX, type Registrar } from './registrar.js';
 
 const { Counter, Gauge, Registry } = client;
 
+/** A gauge read at scrape time is made with its source; made again (a new owner), it replaces the last one. */
+function freshName(registers: client.Registry[], name: string): string {
+  for (const registry of registers) registry.removeSingleMetric(name);
+  return name;
+}
+
 /** Every status the service answers with (label values of the request counters). */
 export const STATUSES = (Object.keys(STATUS_LINE).map(Number) as HttpStatus[]).sort((a, b) => a - b);
 
@@ -91,8 +97,12 @@ export function createWorkerMetrics(workerId: string) {
     /** The event-loop delay, sampled once the worker serves (an idle standby does not sample). */
     loopDelay,
     ...requestMetrics(r),
-    ...queueMetrics(r),
-    ...journalMetrics(r),
+    ...journalSyncMetrics(r),
+    // The gauges read at scrape time are made by the owner of what they read, with it, once: the
+    // sink (its queue and journal: write-ahead/admission.ts) and the edge (its waiting room).
+    scrapeQueue: (source: () => { points: number; bytes: number }) => queueGauges(r, source),
+    scrapeWaiting: (source: () => number) => waitingGauge(r, source),
+    scrapeJournal: (source: () => JournalFigures) => journalGauges(r, source),
     ...deliveryMetrics(r),
     ...brokerMetrics(r),
     ...refusedMetrics(r),
@@ -180,50 +190,42 @@ function requestMetrics({ registers, delta }: Registrar) {
   };
 }
 
-/** librdkafka's queue and the requests waiting for room in it, read at scrape time. */
-function queueMetrics({ registers }: Registrar) {
-  // Read from the producer's own counters (setQueueSource), so the hot path never touches these gauges.
-  let queueSource: () => { points: number; bytes: number } = () => ({ points: 0, bytes: 0 });
+/** librdkafka's queue, read at scrape time from `source` (the producer's own counters): the hot path never touches these gauges. */
+function queueGauges({ registers }: Registrar, source: () => { points: number; bytes: number }): void {
   new Gauge({
-    name: `${METRIC_PREFIX}producer_queue_points`,
+    name: freshName(registers, `${METRIC_PREFIX}producer_queue_points`),
     help: "Messages in librdkafka's queue, not yet acknowledged by Kafka or failed (rd_kafka_outq_len: what admission counts against PRODUCER_QUEUE_MAX_POINTS).",
     registers,
     collect() {
-      this.set(queueSource().points);
+      this.set(source().points);
     },
   });
   new Gauge({
-    name: `${METRIC_PREFIX}producer_queue_bytes`,
+    name: freshName(registers, `${METRIC_PREFIX}producer_queue_bytes`),
     help: "Bytes (keys and values) of the messages in librdkafka's queue, as of its last statistics (every 100 ms).",
     registers,
     collect() {
-      this.set(queueSource().bytes);
+      this.set(source().bytes);
     },
   });
-  let waitingSource: () => number = () => 0;
+}
+
+/** The requests waiting for room in the queue (http/waiting-room.ts), read at scrape time from `source`. */
+function waitingGauge({ registers }: Registrar, source: () => number): void {
   new Gauge({
-    name: `${METRIC_PREFIX}requests_waiting_for_room`,
+    name: freshName(registers, `${METRIC_PREFIX}requests_waiting_for_room`),
     help: 'POST /track requests that found the producer queue full and wait for room (QUEUE_FULL_WAIT_MS).',
     registers,
     collect() {
-      this.set(waitingSource());
+      this.set(source());
     },
   });
-  return {
-    setQueueSource(source: () => { points: number; bytes: number }) {
-      queueSource = source;
-    },
-    setWaitingSource(source: () => number) {
-      waitingSource = source;
-    },
-  };
 }
 
-/** The write-ahead journal (journal/journal.ts), read at scrape time. */
-function journalMetrics({ registers, delta }: Registrar) {
-  let journalSource: () => JournalFigures = () => ({ bytes: 0, records: 0, oldestMs: null, damaged: 0, retried: 0, recovered: 0, possibleDuplicates: 0 });
+/** The write-ahead journal (journal/journal.ts), read at scrape time from `journalSource` (write-ahead/admission.ts gathers it). */
+function journalGauges({ registers, delta }: Registrar, journalSource: () => JournalFigures): void {
   new Gauge({
-    name: `${METRIC_PREFIX}journal_bytes`,
+    name: freshName(registers, `${METRIC_PREFIX}journal_bytes`),
     help: 'Bytes of the write-ahead journal: records of accepted points not yet all acknowledged by Kafka (JOURNAL_MAX_BYTES per worker).',
     registers,
     collect() {
@@ -231,7 +233,7 @@ function journalMetrics({ registers, delta }: Registrar) {
     },
   });
   new Gauge({
-    name: `${METRIC_PREFIX}journal_records`,
+    name: freshName(registers, `${METRIC_PREFIX}journal_records`),
     help: 'Journal records (one per accepted request) produced, or to be produced again, and not yet acknowledged whole.',
     registers,
     collect() {
@@ -239,7 +241,7 @@ function journalMetrics({ registers, delta }: Registrar) {
     },
   });
   new Gauge({
-    name: `${METRIC_PREFIX}journal_oldest_unacknowledged_seconds`,
+    name: freshName(registers, `${METRIC_PREFIX}journal_oldest_unacknowledged_seconds`),
     help: 'Age of the oldest journal record Kafka has not yet acknowledged whole (0 when none); the highest over workers.',
     aggregator: 'max',
     registers,
@@ -249,7 +251,7 @@ function journalMetrics({ registers, delta }: Registrar) {
     },
   });
   new Counter({
-    name: `${METRIC_PREFIX}journal_replayed_points_total`,
+    name: freshName(registers, `${METRIC_PREFIX}journal_replayed_points_total`),
     help: 'Points produced again from the journal, by cause: retry (their delivery failed after the 202) or restart (left by an earlier process: a crash, a restart during an outage).',
     labelNames: ['cause'] as const,
     registers,
@@ -260,7 +262,7 @@ function journalMetrics({ registers, delta }: Registrar) {
     },
   });
   new Counter({
-    name: `${METRIC_PREFIX}journal_possible_duplicates_total`,
+    name: freshName(registers, `${METRIC_PREFIX}journal_possible_duplicates_total`),
     help: 'Points produced again that Kafka may already have had: left by an earlier process without a mark of their acknowledgement, or retried after librdkafka reported them as possibly written. At least once: each may be in Kafka twice.',
     registers,
     collect() {
@@ -268,26 +270,24 @@ function journalMetrics({ registers, delta }: Registrar) {
     },
   });
   new Counter({
-    name: `${METRIC_PREFIX}journal_damaged_records_total`,
+    name: freshName(registers, `${METRIC_PREFIX}journal_damaged_records_total`),
     help: 'Journal records found damaged when read back (a check that does not match, a record torn or missing between two whole ones), each logged with its file and offset and skipped; the records after it are read on. Should stay 0 but after a power loss or a bad disk.',
     registers,
     collect() {
       this.inc(delta('journal:damaged', journalSource().damaged));
     },
   });
-  // JOURNAL_SYNC=disk: what a 202 waits for on the disk (journal/group-commit.ts).
+}
+
+/** JOURNAL_SYNC=disk: what a 202 waits for on the disk (journal/group-commit.ts). */
+function journalSyncMetrics({ registers }: Registrar) {
   const journalSync = new CountedHistogram(
     `${METRIC_PREFIX}journal_sync_seconds`,
     "JOURNAL_SYNC=disk: each group commit, from its start to its last fdatasync: the disk's share of the wait of a 202 (which also waits up to JOURNAL_SYNC_INTERVAL_MS for the commit to start). Empty in process mode.",
     [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
     registers,
   );
-  return {
-    journalSync,
-    setJournalSource(source: () => JournalFigures) {
-      journalSource = source;
-    },
-  };
+  return { journalSync };
 }
 
 export type WorkerMetrics = ReturnType<typeof createWorkerMetrics>;

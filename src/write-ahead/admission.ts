@@ -137,8 +137,8 @@ export function exportFigures(
   replayed: () => ReplayCounts,
 ): void {
   const { journal } = ledger;
-  metrics.setQueueSource(() => ({ points: producer.queuedPoints, bytes: producer.queuedBytes }));
-  metrics.setJournalSource(() => ({
+  metrics.scrapeQueue(() => ({ points: producer.queuedPoints, bytes: producer.queuedBytes }));
+  metrics.scrapeJournal(() => ({
     bytes: journal.bytes,
     records: journal.records,
     oldestMs: ledger.oldestTimestamp,

@@ -11,7 +11,12 @@ const read = (path: string) => readFileSync(new URL(`../../${path}`, import.meta
 
 async function metricNames(): Promise<Set<string>> {
   const names = new Set<string>();
-  for (const registry of [createWorkerMetrics('t').registry, createPrimaryMetrics().registry]) {
+  const worker = createWorkerMetrics('t');
+  // The gauges a worker's sink and its waiting room make with what they read (metrics.ts, scrape*).
+  worker.scrapeQueue(() => ({ points: 0, bytes: 0 }));
+  worker.scrapeWaiting(() => 0);
+  worker.scrapeJournal(() => ({ bytes: 0, records: 0, oldestMs: null, damaged: 0, retried: 0, recovered: 0, possibleDuplicates: 0 }));
+  for (const registry of [worker.registry, createPrimaryMetrics().registry]) {
     for (const m of await registry.getMetricsAsJSON()) {
       names.add(m.name);
       if (String(m.type) === 'histogram') for (const s of ['_bucket', '_sum', '_count']) names.add(m.name + s);
