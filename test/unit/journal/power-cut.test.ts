@@ -3,8 +3,8 @@
 // sectors back as garbage, writes a mapping's pages back in any order, and fails any operation with
 // EIO or ENOSPC for a while (test/helpers/crashable-files.ts: the model, and what ext4 and XFS
 // promise); the power cut after every file operation, several ways each, and every image recovered
-// and checked (test/helpers/power-cut.ts: the property). docs/reliability.md has the long run and the
-// bugs this found.
+// and checked (test/helpers/power-cut.ts: the property). docs/reliability.md says what it holds;
+// bench/HISTORY.md has the long run and the bugs this found.
 //
 //   POWER_CUT_WORKLOADS=N   workloads to run (80 by default: over 10,000 cut points)
 //   POWER_CUT_SEED=S        only the workload of seed S (a failure prints the seed that replays it)
