@@ -84,15 +84,11 @@ export class AtLeastOnceSink implements DeliverySink {
   }
 
   get pointsLeft(): number {
-    return this.ledger.pendingPoints + this.journal.recoveredPoints;
+    return this.ledger.pointsLeft;
   }
 
   whenEmptied(deadline: number): Promise<boolean> {
-    return whenEmptied(
-      () => this.emptied,
-      () => this.journal.failure !== null || this.producer.refusal === 'producer_failed',
-      deadline,
-    );
+    return whenEmptied(() => this.emptied, this.journal, this.producer, deadline);
   }
 
   /** What Kafka has not acknowledged at the deadline stays in the journal for the next start. */

@@ -72,15 +72,11 @@ export class DeliveredSink implements DeliverySink {
   }
 
   get pointsLeft(): number {
-    return this.ledger.pendingPoints + this.journal.recoveredPoints;
+    return this.ledger.pointsLeft;
   }
 
   whenEmptied(deadline: number): Promise<boolean> {
-    return whenEmptied(
-      () => this.emptied,
-      () => this.journal.failure !== null || this.producer.refusal === 'producer_failed',
-      deadline,
-    );
+    return whenEmptied(() => this.emptied, this.journal, this.producer, deadline);
   }
 
   /** Returns the points Kafka had not answered for at the deadline (at least 1 when librdkafka's queue did not empty). */

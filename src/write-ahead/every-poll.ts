@@ -1,5 +1,7 @@
 // The sinks' own poll: a timer of librdkafka's poll period that runs while there is work (records in
 // flight, to produce again, or in a transaction), and stops itself when there is none.
+import type { ProducerRefusal } from '../api/errors.js';
+import type { Journal } from '../journal/journal.js';
 import { POLL_INTERVAL_MS } from '../kafka/broker-link.js';
 
 export class EveryPoll {
@@ -22,10 +24,16 @@ export class EveryPoll {
 }
 
 /**
- * Resolves true once `emptied()` holds, or false at the deadline or as soon as `failed()` holds
- * (nothing can empty then). Checked every few polls.
+ * Resolves true once `emptied()` holds, or false at the deadline or as soon as nothing can empty:
+ * the journal or the producer failed. Checked every few polls.
  */
-export async function whenEmptied(emptied: () => boolean, failed: () => boolean, deadline: number): Promise<boolean> {
+export async function whenEmptied(
+  emptied: () => boolean,
+  journal: Pick<Journal, 'failure'>,
+  producer: { readonly refusal: ProducerRefusal | null },
+  deadline: number,
+): Promise<boolean> {
+  const failed = () => journal.failure !== null || producer.refusal === 'producer_failed';
   while (!emptied() && Date.now() < deadline && !failed()) {
     await new Promise((resolve) => setTimeout(resolve, Math.max(1, Math.min(5 * POLL_INTERVAL_MS, deadline - Date.now()))));
   }

@@ -132,15 +132,11 @@ export class ExactlyOnceSink implements DeliverySink {
   }
 
   get pointsLeft(): number {
-    return this.ledger.pendingPoints + this.journal.recoveredPoints;
+    return this.ledger.pointsLeft;
   }
 
   whenEmptied(deadline: number): Promise<boolean> {
-    return whenEmptied(
-      () => this.emptied,
-      () => this.journal.failure !== null || this.producer.refusal === 'producer_failed',
-      deadline,
-    );
+    return whenEmptied(() => this.emptied, this.journal, this.producer, deadline);
   }
 
   /** Commits what is open and what waits until the deadline; what is left stays in the journal for the slot's next holder. */

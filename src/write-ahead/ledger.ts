@@ -65,6 +65,11 @@ export class Ledger {
     return points;
   }
 
+  /** Points the journal holds that Kafka does not have yet: in flight, and left by an earlier process (an estimate until read back). */
+  get pointsLeft(): number {
+    return this.pendingPoints + this.journal.recoveredPoints;
+  }
+
   /** The acceptance time (ms since the epoch) of the oldest record in flight, or null. */
   get oldestTimestamp(): number | null {
     let oldest: number | null = null;
