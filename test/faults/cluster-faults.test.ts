@@ -36,6 +36,12 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 // and at the accounted load's 20 its brokers took a third of make test's CPU. Every fault still meets
 // a load; the worker kills below, which find what the journal's replay leaves behind, keep 20.
 const POINTS_UNDER_BROKER_FAULTS = 5;
+// How long the brokers stay away. The outage outlasts BROKER_DOWN_GRACE_MS (5 s) three times over, so
+// that the workers refuse for most of it; the freeze outlasts the controller's fencing (about 9 s) and
+// librdkafka's request timeout (30 s), so that the requests held by the frozen broker time out while
+// it is frozen.
+const OUTAGE_MS = 15_000;
+const FREEZE_MS = 35_000;
 const kafka = (...args: string[]) =>
   execFileSync(KAFKA_SH, args, { stdio: ['ignore', 'pipe', 'inherit'] })
     .toString()
@@ -164,63 +170,66 @@ describe('on a 3-broker cluster under load', () => {
     expect(await svc.stop()).toBe(0);
   });
 
-  it('all three brokers killed for 30 s: every 202 reaches Kafka, no hang, no worker lost, every worker serves again', { timeout: 300_000 }, async () => {
-    const topic = await clusterTopic('outage');
-    const svc = await startService({ MQ_BROKERS: CLUSTER, MQ_TOPIC: topic, WORKERS: '2' });
-    // The service is ready once one worker is; the other may still be starting.
-    await until('both workers running', async () => workerPids(svc).length === 2);
-    const pidsBefore = workerPids(svc);
-    const load = new AccountedLoad(svc.url, { pointsPerRequest: POINTS_UNDER_BROKER_FAULTS });
-    let outageMs: number;
-    let afterwards: Answer[];
-    let restartedAt: number;
-    try {
-      load.start();
-      await sleep(4_000);
-      const t0 = Date.now();
-      // kill -9, all three at once: what was in flight stays in the producers' queues.
-      await Promise.all(['1', '2', '3'].map((n) => kafkaAsync('kill-node', n)));
-      await sleep(30_000);
-      await kafkaAsync('start', '--cluster');
-      restartedAt = Date.now();
-      outageMs = restartedAt - t0;
-      await sleep(8_000);
-      // Fresh connections land on either worker: both must take points again.
-      afterwards = await Promise.all(Array.from({ length: 20 }, (_, i) => postFresh(svc.url, [point(`after-${load.runId}-${i}`)])));
-    } finally {
-      await load.stop();
-    }
-    const restarts = (await metric(svc.url, 'ingest_worker_restarts_total')) ?? 0;
-    const a = await readBack(topic, load, svc);
-    record(
-      `kill -9 of all 3 brokers, restarted after 30 s (no broker answering for ${(outageMs / 1000).toFixed(0)} s)`,
-      a,
-      `(worker restarts ${restarts}; 20 requests on fresh connections 8 s after the restart: ${afterwards.filter((r) => r.status === 202).length}×202)`,
-    );
-    console.log(producerStateLines(svc.output));
-    console.log(
-      `taking points again, ms after kafka.sh start --cluster returned (negative: before), by worker: ${JSON.stringify(acceptingAgainMs(svc.output, restartedAt))}`,
-    );
-    expect(a.lost).toBe(0);
-    expect(a.hangs).toBe(0);
-    expect(a.connectionErrors).toBe(0);
-    expect(a.statuses['500']).toBeGreaterThan(0);
-    // Refused during the outage once the grace period was over, not only once the queue was full.
-    expect(await metric(svc.url, 'ingest_requests_rejected_total{reason="broker_unavailable"}')).toBeGreaterThan(0);
-    expect(afterwards.filter((r) => r.status !== 202)).toEqual([]);
-    expect(restarts).toBe(0);
-    expect(workerPids(svc).sort()).toEqual(pidsBefore.sort());
-    expect(await svc.stop()).toBe(0);
-  });
+  it(
+    `all three brokers killed for ${OUTAGE_MS / 1000} s: every 202 reaches Kafka, no hang, no worker lost, every worker serves again`,
+    { timeout: 300_000 },
+    async () => {
+      const topic = await clusterTopic('outage');
+      const svc = await startService({ MQ_BROKERS: CLUSTER, MQ_TOPIC: topic, WORKERS: '2' });
+      // The service is ready once one worker is; the other may still be starting.
+      await until('both workers running', async () => workerPids(svc).length === 2);
+      const pidsBefore = workerPids(svc);
+      const load = new AccountedLoad(svc.url, { pointsPerRequest: POINTS_UNDER_BROKER_FAULTS });
+      let outageMs: number;
+      let afterwards: Answer[];
+      let restartedAt: number;
+      try {
+        load.start();
+        await sleep(4_000);
+        const t0 = Date.now();
+        // kill -9, all three at once: what was in flight stays in the producers' queues.
+        await Promise.all(['1', '2', '3'].map((n) => kafkaAsync('kill-node', n)));
+        await sleep(OUTAGE_MS);
+        await kafkaAsync('start', '--cluster');
+        restartedAt = Date.now();
+        outageMs = restartedAt - t0;
+        await sleep(8_000);
+        // Fresh connections land on either worker: both must take points again.
+        afterwards = await Promise.all(Array.from({ length: 20 }, (_, i) => postFresh(svc.url, [point(`after-${load.runId}-${i}`)])));
+      } finally {
+        await load.stop();
+      }
+      const restarts = (await metric(svc.url, 'ingest_worker_restarts_total')) ?? 0;
+      const a = await readBack(topic, load, svc);
+      record(
+        `kill -9 of all 3 brokers, restarted after ${OUTAGE_MS / 1000} s (no broker answering for ${(outageMs / 1000).toFixed(0)} s)`,
+        a,
+        `(worker restarts ${restarts}; 20 requests on fresh connections 8 s after the restart: ${afterwards.filter((r) => r.status === 202).length}×202)`,
+      );
+      console.log(producerStateLines(svc.output));
+      console.log(
+        `taking points again, ms after kafka.sh start --cluster returned (negative: before), by worker: ${JSON.stringify(acceptingAgainMs(svc.output, restartedAt))}`,
+      );
+      expect(a.lost).toBe(0);
+      expect(a.hangs).toBe(0);
+      expect(a.connectionErrors).toBe(0);
+      expect(a.statuses['500']).toBeGreaterThan(0);
+      // Refused during the outage once the grace period was over, not only once the queue was full.
+      expect(await metric(svc.url, 'ingest_requests_rejected_total{reason="broker_unavailable"}')).toBeGreaterThan(0);
+      expect(afterwards.filter((r) => r.status !== 202)).toEqual([]);
+      expect(restarts).toBe(0);
+      expect(workerPids(svc).sort()).toEqual(pidsBefore.sort());
+      expect(await svc.stop()).toBe(0);
+    },
+  );
 
   it(
-    'one broker of three frozen (SIGSTOP) for 70 s under load: nothing lost or duplicated; what the service reports, second by second',
+    `one broker of three frozen (SIGSTOP) for ${FREEZE_MS / 1000} s under load: nothing lost or duplicated; what the service reports, second by second`,
     { timeout: 300_000 },
     async () => {
       const topic = await clusterTopic('freeze-one');
       const svc = await startService({ MQ_BROKERS: CLUSTER, MQ_TOPIC: topic, WORKERS: '2' });
       const load = new AccountedLoad(svc.url, { connections: 8, pointsPerRequest: POINTS_UNDER_BROKER_FAULTS });
-      const FREEZE_MS = 70_000;
       let victim = -1;
       let controller: string;
       const timeline: string[] = [];
@@ -230,7 +239,7 @@ describe('on a 3-broker cluster under load', () => {
         await sleep(4_000);
         victim = await leaderOf(topic, 0, CLUSTER);
         // Recorded because runs differed (the frozen node fenced within seconds in most, not within the
-        // 70 s in two) and whether the frozen node was also the active KRaft controller was not known.
+        // 70 s of the freeze in two) and whether the frozen node was also the active KRaft controller was not known.
         controller = await kafkaAsync('controller', '--cluster');
         const frozenAt = Date.now();
         await kafkaAsync('freeze-node', String(victim));
