@@ -19,7 +19,7 @@ import { diskFiles, type JournalFiles } from './files.js';
 import { GroupCommit, type CommitDone } from './group-commit.js';
 import { isNoRoom, JournalError } from './journal-error.js';
 import type { JournalEntry, JournalOptions, RecoveredEntry } from './journal-types.js';
-import { encodeHead, recordBytes, viewRecordAt, type JournalBatch, type JournalRecord } from './record.js';
+import { encodeHead, RECORD_HEADER_BYTES, recordBytes, viewRecordAt, type JournalBatch, type JournalRecord } from './record.js';
 import { appendMarks, closeSegment, newSegment, readRecordBack, retireSegment, startSegmentFile, writeRecordAt, type Segment } from './segment-file.js';
 import { leftSegments, Recovery } from './recovery.js';
 import { RoomProbe } from './room.js';
@@ -146,9 +146,12 @@ export class Journal {
     this.head = encodeHead(this.head, batch, timestamp, segment.seq, index);
     const head = this.head.subarray(0, bytes - batch.data.byteLength);
     if (segment.map !== null) {
-      // Into the page cache with two copies (activeFor made room: the segment is allocated whole).
-      segment.map.set(head, segment.bytes);
-      segment.map.set(batch.data, segment.bytes + head.byteLength);
+      // Into the page cache (activeFor made room: the segment is allocated whole), the header copied
+      // last: a process killed between two copies leaves no header there, which the next reader takes
+      // for the journal's end (a record never answered), where a header before its body read as damage.
+      segment.map.set(head.subarray(RECORD_HEADER_BYTES), at + RECORD_HEADER_BYTES);
+      segment.map.set(batch.data, at + head.byteLength);
+      segment.map.set(head.subarray(0, RECORD_HEADER_BYTES), at);
     } else {
       this.writeAt(segment, [head, batch.data], bytes);
     }

@@ -396,6 +396,31 @@ describe('Journal', () => {
     expect(cut.journal.damagedRecords).toBe(1);
   });
 
+  it('leaves no damage when its process is killed between two copies of a record into the mapping: the record is there whole, or not at all', () => {
+    // The copy numbered `killedAt` and those after it never happen; past the last copy, the append is whole.
+    for (let killedAt = 0; ; killedAt++) {
+      const d = dir();
+      if (mappableFileSystem(d) === null) return; // no mapping here: pwritev writes a record in one call
+      const { journal: first } = open(d, { mapSegments: true });
+      const map = ['a', 'b', 'c'].map((t) => first.append(batch(t, 3), 7))[0]!.segment.map!;
+      let copies = 0;
+      map.set = function (this: Uint8Array, ...args: Parameters<Uint8Array['set']>) {
+        if (copies++ === killedAt) throw new Error('killed');
+        Uint8Array.prototype.set.apply(this, args);
+      };
+      let killed = false;
+      try {
+        first.append(batch('d', 3), 8);
+      } catch {
+        killed = true;
+      }
+      const { journal, corrupt } = open(d);
+      expect(recovered(journal).map((r) => r.keys[0])).toEqual(killed ? ['a-0', 'b-0', 'c-0'] : ['a-0', 'b-0', 'c-0', 'd-0']);
+      expect([corrupt, journal.damagedRecords], `killed at copy ${killedAt}`).toEqual([[], 0]);
+      if (!killed) return;
+    }
+  });
+
   it('counts a record whose header is damaged, whichever byte of it, as that record alone: the 999 others of its segment come back (and the log says where)', () => {
     const d = dir();
     const { journal: first } = open(d, { mapSegments: false });
