@@ -15,7 +15,8 @@
 #   scripts/test.sh --fast         the developer's loop (make test-fast): the unit, integration and
 #                                  smoke tests without the fault suites, in two lanes: those that stop
 #                                  the local broker, beside the others, two files at a time, on a
-#                                  second local broker (127.0.0.1:9392, .run/kafka-shared); then alone
+#                                  second local broker (127.0.0.1:9392, .run/kafka-shared); then alone.
+#                                  The power-cut property runs 20 seeded workloads there (make test: 80)
 #   scripts/test.sh ARGS...        one vitest run of ARGS (files, -t NAME...), as `npx vitest run ARGS`
 # VITEST_JSON=path also writes vitest's JSON report there, the lanes' merged (CI counts passed and
 # failed tests from it).
@@ -88,7 +89,7 @@ if [[ ${1:-} == --fast-lanes ]]; then
   lane faults --project broker-faults &
   faults=$!
   (
-    export "${shared_broker[@]}" MQ_BROKERS=127.0.0.1:9392 TEST_SHARED_WORKERS=2
+    export "${shared_broker[@]}" MQ_BROKERS=127.0.0.1:9392 TEST_SHARED_WORKERS=2 POWER_CUT_WORKLOADS=${POWER_CUT_WORKLOADS:-20}
     scripts/kafka.sh start 2>&1 | sed -u 's/^/shared | /'
     lane shared --project shared-broker --project unit
   ) &
