@@ -18,7 +18,12 @@ const FENCING = ['test/faults/fenced-broker.test.ts'];
 const BROKER_FAULTS = ['test/faults/**/*.test.ts', 'test/integration/operability.test.ts', 'test/integration/journal.test.ts'];
 // Of those, the ones make test runs at the end of the cluster lane, on a second local broker of their
 // own, so that the two lanes end together.
-const SECOND_BROKER = ['test/faults/journal-faults.test.ts', 'test/faults/journal-slots.test.ts'];
+const SECOND_BROKER = [
+  'test/faults/journal-faults.test.ts',
+  'test/faults/journal-slots.test.ts',
+  'test/faults/delivered-mode.test.ts',
+  'test/faults/failing-disk.test.ts',
+];
 // The files whose timing a busy machine breaks: the gateway's Idempotency-Key waits 50 ms at most for
 // Redis; the event-loop delay test measures its own loop's lateness in milliseconds.
 const ALONE = ['test/integration/gateway.test.ts', 'test/unit/metrics/event-loop-delay.test.ts'];

@@ -2,8 +2,8 @@
 # `make test`: every test against real Kafka brokers (see with-broker.sh), in two lanes at once:
 #   cluster  the fault tests that bring up brokers of their own (the 3-broker cluster, the fencing
 #            broker) and kill or freeze them, one file at a time; the unit tests, which use none; then
-#            the journal's fault tests on a second local broker (127.0.0.1:9492, .run/kafka-second),
-#            started for them and stopped after them: that balances the two lanes
+#            the journal's and ACK_MODE=delivered's fault tests on a second local broker (127.0.0.1:9492,
+#            .run/kafka-second), started for them and stopped after them: that balances the two lanes
 #   main     the service's other files, on the local broker, one at a time: those that leave it
 #            alone, then those that freeze or stop it
 # They share no broker, so neither lane's faults reach the other's tests. Then, once both are done:
