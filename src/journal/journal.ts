@@ -144,16 +144,16 @@ export class Journal {
     const index = segment.records;
     const at = segment.bytes;
     this.head = encodeHead(this.head, batch, timestamp, segment.seq, index);
-    const head = this.head.subarray(0, bytes - batch.data.byteLength);
+    const headBytes = bytes - batch.data.byteLength;
     if (segment.map !== null) {
       // Into the page cache (activeFor made room: the segment is allocated whole), the header copied
       // last: a process killed between two copies leaves no header there, which the next reader takes
       // for the journal's end (a record never answered), where a header before its body read as damage.
-      segment.map.set(head.subarray(RECORD_HEADER_BYTES), at + RECORD_HEADER_BYTES);
-      segment.map.set(batch.data, at + head.byteLength);
-      segment.map.set(head.subarray(0, RECORD_HEADER_BYTES), at);
+      segment.map.set(this.head.subarray(RECORD_HEADER_BYTES, headBytes), at + RECORD_HEADER_BYTES);
+      segment.map.set(batch.data, at + headBytes);
+      segment.map.set(this.head.subarray(0, RECORD_HEADER_BYTES), at);
     } else {
-      this.writeAt(segment, [head, batch.data], bytes);
+      this.writeAt(segment, [this.head.subarray(0, headBytes), batch.data], bytes);
     }
     this.room.cleared();
     segment.bytes += bytes;
