@@ -36,12 +36,27 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 // and at the accounted load's 20 its brokers took a third of make test's CPU. Every fault still meets
 // a load; the worker kills below, which find what the journal's replay leaves behind, keep 20.
 const POINTS_UNDER_BROKER_FAULTS = 5;
-// How long the brokers stay away. The outage outlasts BROKER_DOWN_GRACE_MS (5 s) three times over, so
-// that the workers refuse for most of it; the freeze outlasts the controller's fencing (about 9 s) and
-// librdkafka's request timeout (30 s), so that the requests held by the frozen broker time out while
-// it is frozen.
-const OUTAGE_MS = 15_000;
-const FREEZE_MS = 35_000;
+// The loads under broker faults pause 10 ms between a connection's requests (the accounted load's
+// default is 5): a broker fault holds up what is in flight whatever the rate, and the other lane of
+// make test gets the CPU. Still thousands of points a second meet each fault.
+const BROKER_FAULT_LOAD = { pointsPerRequest: POINTS_UNDER_BROKER_FAULTS, pauseMs: 10 };
+// How long a load runs before its fault (both workers busy, points in flight), and on after the fault
+// is over (the service taking points again under load).
+const LOAD_BEFORE_FAULT_MS = 2_000;
+const LOAD_AFTER_FAULT_MS = 3_000;
+// How long the brokers stay away. No broker answers for the outage and the cluster's restart after it
+// (about 10 s more), twice BROKER_DOWN_GRACE_MS (5 s) and more, so that the workers refuse for most of
+// it. The freeze outlasts the controller's fencing (broker.session.timeout.ms, 4 s) and the request
+// timeout the freeze test gives librdkafka (FREEZE_REQUEST_TIMEOUT_MS, 30 s by default), so that the
+// requests held by the frozen broker time out while it is frozen.
+const OUTAGE_MS = 10_000;
+// After the cluster's restart, how long the workers have to take points again before fresh connections ask.
+const AFTER_OUTAGE_MS = 5_000;
+const FREEZE_REQUEST_TIMEOUT_MS = 8_000;
+const FREEZE_MS = 15_000;
+// How long the refused-requests topic's only broker is away: refusals queue meanwhile, and are
+// written once it is back.
+const REFUSED_BROKER_AWAY_MS = 6_000;
 const kafka = (...args: string[]) =>
   execFileSync(KAFKA_SH, args, { stdio: ['ignore', 'pipe', 'inherit'] })
     .toString()
@@ -140,17 +155,17 @@ describe('on a 3-broker cluster under load', () => {
   it('kill -9 of the leader of a busy partition: nothing lost, nothing duplicated, order kept', { timeout: 240_000 }, async () => {
     const topic = await clusterTopic('kill-leader');
     const svc = await startService({ MQ_BROKERS: CLUSTER, MQ_TOPIC: topic, WORKERS: '2' });
-    const load = new AccountedLoad(svc.url, { pointsPerRequest: POINTS_UNDER_BROKER_FAULTS });
+    const load = new AccountedLoad(svc.url, BROKER_FAULT_LOAD);
     let leader: number;
     try {
       load.start();
-      await sleep(4_000);
+      await sleep(LOAD_BEFORE_FAULT_MS);
       leader = await leaderOf(topic, 0, CLUSTER);
       expect(leader).toBeGreaterThan(0);
       await kafkaAsync('kill-node', String(leader));
       await sleep(8_000);
       await kafkaAsync('start-node', String(leader));
-      await sleep(4_000);
+      await sleep(LOAD_AFTER_FAULT_MS);
     } finally {
       await load.stop();
     }
@@ -179,13 +194,13 @@ describe('on a 3-broker cluster under load', () => {
       // The service is ready once one worker is; the other may still be starting.
       await until('both workers running', async () => workerPids(svc).length === 2);
       const pidsBefore = workerPids(svc);
-      const load = new AccountedLoad(svc.url, { pointsPerRequest: POINTS_UNDER_BROKER_FAULTS });
+      const load = new AccountedLoad(svc.url, BROKER_FAULT_LOAD);
       let outageMs: number;
       let afterwards: Answer[];
       let restartedAt: number;
       try {
         load.start();
-        await sleep(4_000);
+        await sleep(LOAD_BEFORE_FAULT_MS);
         const t0 = Date.now();
         // kill -9, all three at once: what was in flight stays in the producers' queues.
         await Promise.all(['1', '2', '3'].map((n) => kafkaAsync('kill-node', n)));
@@ -193,7 +208,7 @@ describe('on a 3-broker cluster under load', () => {
         await kafkaAsync('start', '--cluster');
         restartedAt = Date.now();
         outageMs = restartedAt - t0;
-        await sleep(8_000);
+        await sleep(AFTER_OUTAGE_MS);
         // Fresh connections land on either worker: both must take points again.
         afterwards = await Promise.all(Array.from({ length: 20 }, (_, i) => postFresh(svc.url, [point(`after-${load.runId}-${i}`)])));
       } finally {
@@ -204,7 +219,7 @@ describe('on a 3-broker cluster under load', () => {
       record(
         `kill -9 of all 3 brokers, restarted after ${OUTAGE_MS / 1000} s (no broker answering for ${(outageMs / 1000).toFixed(0)} s)`,
         a,
-        `(worker restarts ${restarts}; 20 requests on fresh connections 8 s after the restart: ${afterwards.filter((r) => r.status === 202).length}×202)`,
+        `(worker restarts ${restarts}; 20 requests on fresh connections ${AFTER_OUTAGE_MS / 1000} s after the restart: ${afterwards.filter((r) => r.status === 202).length}×202)`,
       );
       console.log(producerStateLines(svc.output));
       console.log(
@@ -228,15 +243,20 @@ describe('on a 3-broker cluster under load', () => {
     { timeout: 300_000 },
     async () => {
       const topic = await clusterTopic('freeze-one');
-      const svc = await startService({ MQ_BROKERS: CLUSTER, MQ_TOPIC: topic, WORKERS: '2' });
-      const load = new AccountedLoad(svc.url, { connections: 8, pointsPerRequest: POINTS_UNDER_BROKER_FAULTS });
+      const svc = await startService({
+        MQ_BROKERS: CLUSTER,
+        MQ_TOPIC: topic,
+        WORKERS: '2',
+        MQ_OPT_REQUEST_TIMEOUT_MS: String(FREEZE_REQUEST_TIMEOUT_MS),
+      });
+      const load = new AccountedLoad(svc.url, BROKER_FAULT_LOAD);
       let victim = -1;
       let controller: string;
       const timeline: string[] = [];
       let readyAfterThawMs: number;
       try {
         load.start();
-        await sleep(4_000);
+        await sleep(LOAD_BEFORE_FAULT_MS);
         victim = await leaderOf(topic, 0, CLUSTER);
         // Recorded because runs differed (the frozen node fenced within seconds in most, not within the
         // 70 s of the freeze in two) and whether the frozen node was also the active KRaft controller was not known.
@@ -261,7 +281,7 @@ describe('on a 3-broker cluster under load', () => {
           30_000,
         );
         readyAfterThawMs = Date.now() - thawedAt;
-        await sleep(4_000);
+        await sleep(LOAD_AFTER_FAULT_MS);
       } finally {
         if (victim > 0) await kafkaAsync('thaw-node', String(victim)).catch(() => undefined);
         await load.stop();
@@ -269,7 +289,7 @@ describe('on a 3-broker cluster under load', () => {
       console.log(timeline.join('\n'));
       const a = await readBack(topic, load, svc);
       record(
-        `node ${victim} (leader of partition 0) frozen with SIGSTOP for ${FREEZE_MS / 1000} s, then thawed`,
+        `node ${victim} (leader of partition 0) frozen with SIGSTOP for ${FREEZE_MS / 1000} s (request timeout ${FREEZE_REQUEST_TIMEOUT_MS / 1000} s), then thawed`,
         a,
         `(active KRaft controller at the freeze: node ${controller}; all workers ready ${readyAfterThawMs} ms after the thaw)`,
       );
@@ -290,19 +310,19 @@ describe('on a 3-broker cluster under load', () => {
       await kafkaAsync('topic-placed', topic, '2:3,3:2,2:3,3:2,2:3,3:2', '--cluster');
       await kafkaAsync('topic-placed', refused, '1', '--cluster');
       const svc = await startService({ MQ_BROKERS: CLUSTER, MQ_TOPIC: topic, WORKERS: '2', MQ_REFUSED_TOPIC: refused, MQ_REFUSED_RATE: '1000' });
-      const load = new AccountedLoad(svc.url, { pointsPerRequest: POINTS_UNDER_BROKER_FAULTS });
+      const load = new AccountedLoad(svc.url, BROKER_FAULT_LOAD);
       const flood = new BadRequests(svc.url);
       const written = async () => (await metric(svc.url, 'ingest_refused_requests_written_total')) ?? 0;
       let before = 0;
       try {
         load.start();
         flood.start();
-        await sleep(4_000);
+        await sleep(LOAD_BEFORE_FAULT_MS);
         before = await written();
         await kafkaAsync('kill-node', '1');
-        await sleep(10_000);
+        await sleep(REFUSED_BROKER_AWAY_MS);
         await kafkaAsync('start-node', '1');
-        await sleep(8_000);
+        await sleep(LOAD_AFTER_FAULT_MS);
       } finally {
         await Promise.all([load.stop(), flood.stop()]);
       }
@@ -313,7 +333,7 @@ describe('on a 3-broker cluster under load', () => {
       );
       const a = await readBack(topic, load, svc);
       record(
-        `kill -9 node 1, the only broker of MQ_REFUSED_TOPIC, for 10 s under load and ${flood.sent} bad requests`,
+        `kill -9 node 1, the only broker of MQ_REFUSED_TOPIC, for ${REFUSED_BROKER_AWAY_MS / 1000} s under load and ${flood.sent} bad requests`,
         a,
         `(bad requests answered ${JSON.stringify(flood.statuses)}; refused requests written ${before} before the kill, ${after} in all; dropped: ${(await Promise.all(dropped)).join(', ')})`,
       );
@@ -359,12 +379,12 @@ describe('on a 3-broker cluster under load', () => {
         BLOCK_EVENT_LOOP_MS: '7000',
       });
       const svc = await startService(env, { nodeArgs: ['--import', BLOCK_EVENT_LOOP] });
-      const load = new AccountedLoad(svc.url, { connections: 8, pointsPerRequest: 10, requestTimeoutMs: 60_000 });
+      const load = new AccountedLoad(svc.url, { connections: 8, pointsPerRequest: 10, pauseMs: BROKER_FAULT_LOAD.pauseMs, requestTimeoutMs: 60_000 });
       const nodes = ['1', '2', '3'];
       let frozen = false;
       try {
         load.start();
-        await sleep(4_000);
+        await sleep(LOAD_BEFORE_FAULT_MS);
         frozen = true;
         for (const node of nodes) await kafkaAsync('freeze-node', node);
         await sleep(300); // messages the brokers will not answer in librdkafka's queue
@@ -372,7 +392,7 @@ describe('on a 3-broker cluster under load', () => {
         await sleep(5_000);
         for (const node of nodes) await kafkaAsync('thaw-node', node);
         frozen = false;
-        await sleep(8_000);
+        await sleep(LOAD_AFTER_FAULT_MS);
       } finally {
         if (frozen) for (const node of nodes) await kafkaAsync('thaw-node', node).catch(() => undefined);
         await load.stop();
@@ -401,7 +421,7 @@ describe('on a 3-broker cluster under load', () => {
     const svc = await startService({ MQ_BROKERS: CLUSTER, MQ_TOPIC: topic, WORKERS: '2' });
     const load = new AccountedLoad(svc.url);
     load.start();
-    await sleep(6_000);
+    await sleep(4_000);
     const code = await svc.stop('SIGTERM');
     await sleep(1_000);
     await load.stop();
@@ -423,7 +443,7 @@ describe('on a 3-broker cluster under load', () => {
       let victim = 0;
       try {
         load.start();
-        await sleep(4_000);
+        await sleep(LOAD_BEFORE_FAULT_MS);
         const before = workerPids(svc);
         // The busier worker (more CPU time so far): the kernel may have given it most connections.
         victim = before.sort((a, b) => cpuTicks(b) - cpuTicks(a))[0]!;
@@ -451,7 +471,7 @@ describe('on a 3-broker cluster under load', () => {
         const timeOf = (pred: (l: string) => boolean) => (JSON.parse(svc.output.find(pred)!) as { time: number }).time - killedAt;
         replacedMs = timeOf((l) => l.includes(`"pid":${newPid}`) && l.includes('kafka producer connected'));
         steps = `primary saw the exit +${timeOf((l) => l.includes('worker exited unexpectedly'))} ms, replacement's first log line +${timeOf((l) => l.includes(`"pid":${newPid}`))} ms, its producer connected +${replacedMs} ms`;
-        await sleep(6_000);
+        await sleep(LOAD_AFTER_FAULT_MS);
       } finally {
         await load.stop();
       }
@@ -473,24 +493,24 @@ describe('on a 3-broker cluster under load', () => {
 });
 
 /**
- * DELIVERY=exactly-once, 2 workers under load on the cluster: the broker `pick` names killed at 4 s
- * for 8 s, then started again; every 202 once for a read_committed reader.
+ * DELIVERY=exactly-once, 2 workers under load on the cluster: the broker `pick` names killed after
+ * LOAD_BEFORE_FAULT_MS for 8 s, then started again; every 202 once for a read_committed reader.
  */
 async function exactlyOnceUnderBrokerKill(name: string, what: string, pick: (t: EosTopics, env: Record<string, string>) => Promise<number>): Promise<void> {
   const t = await eosTopics(name, CLUSTER);
   const env = exactlyOnceEnv(t, { MQ_BROKERS: CLUSTER, WORKERS: '2' });
   const svc = await startService(env);
-  const load = new AccountedLoad(svc.url, { connections: 8, pointsPerRequest: POINTS_UNDER_BROKER_FAULTS });
+  const load = new AccountedLoad(svc.url, BROKER_FAULT_LOAD);
   let node: number;
   try {
     load.start();
-    await sleep(4_000);
+    await sleep(LOAD_BEFORE_FAULT_MS);
     node = await pick(t, env);
     expect(node).toBeGreaterThan(0);
     await kafkaAsync('kill-node', String(node));
     await sleep(8_000);
     await kafkaAsync('start-node', String(node));
-    await sleep(4_000);
+    await sleep(LOAD_AFTER_FAULT_MS);
   } finally {
     await load.stop();
   }

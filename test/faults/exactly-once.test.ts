@@ -22,6 +22,10 @@ import { BROKERS, consumeAll, createTopic, uniqueTopic } from '../../support/kaf
 import { journalDir, metric, startService, until, untilJournalEmpty, type Service } from '../helpers/service.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+// How long a load runs before its first fault: both workers busy, transactions open.
+const LOAD_BEFORE_FAULT_MS = 2_000;
+// The whole service's kill comes this long into its load (then once it holds a transaction open).
+const SERVICE_KILL_AFTER_MS = 3_000;
 
 /** A read_committed consumer of the topic as it is written: the longest time between two reads that brought messages. */
 function watchVisibility(topic: string) {
@@ -127,8 +131,8 @@ async function everyWorkerListening(svc: Service): Promise<void> {
 }
 
 /**
- * A 2-worker service killed whole (its process group) under load, from 6 s on once it holds a
- * transaction open (stopHoldingTransaction), then started again on the
+ * A 2-worker service killed whole (its process group) under load, from SERVICE_KILL_AFTER_MS on once it
+ * holds a transaction open (stopHoldingTransaction), then started again on the
  * same journal with `again` on top of its settings; once its journals are committed, the topic read both ways.
  */
 async function killServiceAndStartAgain(name: string, again: Record<string, string>): Promise<{ second: Service; r: Readings }> {
@@ -138,7 +142,7 @@ async function killServiceAndStartAgain(name: string, again: Record<string, stri
   await everyWorkerListening(first);
   const load = new AccountedLoad(first.url, { connections: 8, pointsPerRequest: 10 });
   load.start();
-  await sleep(6_000);
+  await sleep(SERVICE_KILL_AFTER_MS);
   const offsets = await stableOffsets(t.MQ_TOPIC);
   const { stops } = await stopHoldingTransaction([-first.proc.pid!], offsets);
   process.kill(-first.proc.pid!, 'SIGKILL');
@@ -156,10 +160,13 @@ function startedJournals(svc: Service): string[] {
   return svc.output.filter((l) => l.includes('"msg":"worker started"')).map((l) => (JSON.parse(l) as { journal: string }).journal);
 }
 
-/** Three kills of the busiest worker, 5 s apart, under load; with exactly once (`eosTopic`), each while it holds a transaction open. */
+/**
+ * Three kills of the busiest worker under load, each once its replacement has taken load for 2 s; with
+ * exactly once (`eosTopic`), each while it holds a transaction open.
+ */
 async function killWorkersThrice(svc: Service, load: AccountedLoad, eosTopic: string | null): Promise<void> {
   load.start();
-  await sleep(4_000);
+  await sleep(LOAD_BEFORE_FAULT_MS);
   const offsets = eosTopic === null ? null : await stableOffsets(eosTopic);
   for (let kill = 0; kill < 3; kill++) {
     const victim = busiest(svc);
@@ -167,7 +174,7 @@ async function killWorkersThrice(svc: Service, load: AccountedLoad, eosTopic: st
     if (offsets !== null) await stopHoldingTransaction([victim], offsets);
     process.kill(victim, 'SIGKILL');
     await until('a replacement worker', async () => workerPids(svc).length === 2 && !workerPids(svc).includes(victim), 15_000);
-    await sleep(4_000);
+    await sleep(2_000);
   }
   await offsets?.close();
   await load.stop();
@@ -215,7 +222,11 @@ describe('DELIVERY=exactly-once on the local broker, 2 workers', () => {
 
   it('kill -9 of the whole service under load, then started again on its journal: every 202 once', { timeout: 180_000 }, async () => {
     const { second, r } = await killServiceAndStartAgain('eos-kill-service', {});
-    report('DELIVERY=exactly-once, kill -9 of the service from 6 s on, a transaction open, started again', r, await transactionCounts(second));
+    report(
+      `DELIVERY=exactly-once, kill -9 of the service from ${SERVICE_KILL_AFTER_MS / 1000} s on, a transaction open, started again`,
+      r,
+      await transactionCounts(second),
+    );
     expect(await second.stop()).toBe(0);
     expectExactlyOnce(r, 5_000);
   });
@@ -227,7 +238,7 @@ describe('DELIVERY=exactly-once on the local broker, 2 workers', () => {
       const { second, r } = await killServiceAndStartAgain('eos-shrink', { WORKERS: '1' });
       expect(second.output.join('\n')).toMatch(/fenced the transactional.id of a slot whose journal files this worker took over/);
       report(
-        'DELIVERY=exactly-once, kill -9 of the 2-worker service from 6 s on, a transaction open, started again with WORKERS=1',
+        `DELIVERY=exactly-once, kill -9 of the 2-worker service from ${SERVICE_KILL_AFTER_MS / 1000} s on, a transaction open, started again with WORKERS=1`,
         r,
         await transactionCounts(second),
       );
@@ -250,7 +261,7 @@ describe('DELIVERY=exactly-once on the local broker, 2 workers', () => {
       // hold is asserted as the broker keeps it: the partition's last stable offset, below.
       const watcher = watchVisibility(t.MQ_TOPIC);
       load.start();
-      await sleep(4_000);
+      await sleep(LOAD_BEFORE_FAULT_MS);
       const victim = busiest(svc);
       await sleep(1_000);
       // Frozen once it holds a transaction open (stopHoldingTransaction): one of its partitions' last
@@ -268,7 +279,7 @@ describe('DELIVERY=exactly-once on the local broker, 2 workers', () => {
       }
       await lso.close();
       process.kill(victim, 'SIGCONT');
-      await sleep(5_000);
+      await sleep(3_000);
       await load.stop();
       await untilJournalEmpty(svc, 'the journals to be committed whole');
       const readGapMs = await watcher.stop();
