@@ -6,6 +6,7 @@
 import { hostname } from 'node:os';
 import { z } from 'zod';
 import { JEMALLOC_PATHS, usableCpus, workerMalloc, type MallocChoice, type WorkerMalloc } from './host-resources.js';
+import { SCHEMA_FULL_NAME, type RegistryFormat } from './track-point/registry-schemas.js';
 
 export const DEFAULTS = {
   MQ_BROKERS: 'localhost:9092',
@@ -43,6 +44,13 @@ export const DEFAULTS = {
   TRANSACTION_COMMIT_INTERVAL_MS: '100',
   TRANSACTION_MAX_POINTS: '10000',
   TRANSACTION_TIMEOUT_MS: '10000',
+  MQ_VALUE_FORMAT: 'json',
+  SCHEMA_REGISTRY_URL: '',
+  SCHEMA_REGISTRY_USER: '',
+  SCHEMA_REGISTRY_PASSWORD: '',
+  SCHEMA_REGISTRY_TOKEN: '',
+  SCHEMA_REGISTRY_CA: '',
+  SCHEMA_SUBJECT_STRATEGY: 'topic',
 } as const;
 
 export type AckMode = 'async' | 'delivered';
@@ -119,6 +127,21 @@ export interface Config {
   trustGatewayHeaders: boolean;
   /** DELIVERY=exactly-once: each slot produces in Kafka transactions (write-ahead/transactions.ts); null: at least once. */
   exactlyOnce: ExactlyOnce | null;
+  /** MQ_VALUE_FORMAT other than json: the values in that format, their schema registered in a Schema Registry; null: JSON. */
+  schemaRegistry: SchemaRegistry | null;
+}
+
+/** A Schema Registry value format and the registry that holds its schema (schema-registry/). */
+export interface SchemaRegistry {
+  format: RegistryFormat;
+  /** The registry's base URL, Confluent's API (Apicurio: …/apis/ccompat/v7). */
+  url: string;
+  /** The Authorization header's value (basic or bearer), or null. */
+  authorization: string | null;
+  /** SCHEMA_REGISTRY_CA: a PEM file of the CAs an https registry is checked against, or null (the system's). */
+  caFile: string | null;
+  /** The subject the schema is registered under: `<MQ_TOPIC>-value` (topic) or the record's full name (record). */
+  subject: string;
 }
 
 /** DELIVERY=exactly-once: what the transactions of every slot share. */
@@ -234,6 +257,13 @@ const EnvSchema = z.object({
   TRANSACTION_COMMIT_INTERVAL_MS: wholeNumber(1, 60_000),
   TRANSACTION_MAX_POINTS: wholeNumber(1, 10_000_000),
   TRANSACTION_TIMEOUT_MS: wholeNumber(1_000, 900_000),
+  MQ_VALUE_FORMAT: z.enum(['json', 'avro', 'protobuf', 'json-schema'], { error: 'must be json, avro, protobuf or json-schema' }),
+  SCHEMA_REGISTRY_URL: z.union([z.literal(''), z.url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' })]),
+  SCHEMA_REGISTRY_USER: z.string(),
+  SCHEMA_REGISTRY_PASSWORD: z.string(),
+  SCHEMA_REGISTRY_TOKEN: z.string(),
+  SCHEMA_REGISTRY_CA: z.string(),
+  SCHEMA_SUBJECT_STRATEGY: z.enum(['topic', 'record'], { error: 'must be topic (<MQ_TOPIC>-value) or record (the record name)' }),
 });
 
 /** Reads the configuration from an environment (process.env by default). Throws ConfigError. */
@@ -296,6 +326,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
             maxPoints: e.TRANSACTION_MAX_POINTS,
             transactionTimeoutMs: e.TRANSACTION_TIMEOUT_MS,
           }),
+    schemaRegistry: e.MQ_VALUE_FORMAT === 'json' ? null : Object.freeze(schemaRegistryOf(e.MQ_VALUE_FORMAT, e)),
   };
   if (config.exactlyOnce !== null) {
     if (config.ackMode !== 'async') throw new ConfigError('DELIVERY', "exactly-once needs ACK_MODE=async: its transactions cover the journal's records");
@@ -321,6 +352,32 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
     );
   }
   return Object.freeze(config);
+}
+
+/** The registry settings of a registry value format: its URL is required, one kind of authentication at most. */
+function schemaRegistryOf(
+  format: RegistryFormat,
+  e: Record<'SCHEMA_REGISTRY_URL' | 'SCHEMA_REGISTRY_USER' | 'SCHEMA_REGISTRY_PASSWORD' | 'SCHEMA_REGISTRY_TOKEN' | 'SCHEMA_REGISTRY_CA' | 'SCHEMA_SUBJECT_STRATEGY' | 'MQ_TOPIC', string>,
+): SchemaRegistry {
+  if (e.SCHEMA_REGISTRY_URL === '')
+    throw new ConfigError('SCHEMA_REGISTRY_URL', `required with MQ_VALUE_FORMAT=${format}: the Schema Registry's URL (Apicurio: http://host:8080/apis/ccompat/v7)`);
+  if (e.SCHEMA_REGISTRY_TOKEN !== '' && e.SCHEMA_REGISTRY_USER !== '')
+    throw new ConfigError('SCHEMA_REGISTRY_TOKEN', 'set either SCHEMA_REGISTRY_TOKEN (bearer) or SCHEMA_REGISTRY_USER and SCHEMA_REGISTRY_PASSWORD (basic), not both');
+  if ((e.SCHEMA_REGISTRY_USER === '') !== (e.SCHEMA_REGISTRY_PASSWORD === ''))
+    throw new ConfigError('SCHEMA_REGISTRY_PASSWORD', 'basic authentication needs both SCHEMA_REGISTRY_USER and SCHEMA_REGISTRY_PASSWORD');
+  const authorization =
+    e.SCHEMA_REGISTRY_TOKEN !== ''
+      ? `Bearer ${e.SCHEMA_REGISTRY_TOKEN}`
+      : e.SCHEMA_REGISTRY_USER !== ''
+        ? `Basic ${Buffer.from(`${e.SCHEMA_REGISTRY_USER}:${e.SCHEMA_REGISTRY_PASSWORD}`).toString('base64')}`
+        : null;
+  return {
+    format,
+    url: e.SCHEMA_REGISTRY_URL.replace(/\/+$/, ''),
+    authorization,
+    caFile: e.SCHEMA_REGISTRY_CA === '' ? null : e.SCHEMA_REGISTRY_CA,
+    subject: e.SCHEMA_SUBJECT_STRATEGY === 'topic' ? `${e.MQ_TOPIC}-value` : SCHEMA_FULL_NAME,
+  };
 }
 
 /** INSTANCE_ID=auto: a StatefulSet's pod name (stable across restarts), else the host name. */

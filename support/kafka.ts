@@ -56,6 +56,8 @@ export async function deleteTopic(topic: string): Promise<void> {
 export interface ConsumedMessage {
   key: string;
   value: string;
+  /** The value's bytes (a registry format's are binary). */
+  bytes: Buffer;
   partition: number;
   offset: number;
   timestamp: number;
@@ -119,6 +121,7 @@ export async function consumeAll(
         out.push({
           key: m.key === null || m.key === undefined ? '' : m.key.toString(),
           value: m.value?.toString() ?? '',
+          bytes: m.value ?? Buffer.alloc(0),
           partition: m.partition,
           offset: m.offset,
           timestamp: m.timestamp ?? 0,

@@ -161,6 +161,13 @@ export const CATALOGUE = {
     when: 'Kafka brokers keep their connections but have answered nothing for BROKER_DOWN_GRACE_MS (a frozen broker).',
   },
   topic_unknown: { status: 500, by: 'service', retryAfter: 1, resend: 'resend', when: 'The topic MQ_TOPIC does not exist or has no leader.' },
+  schema_unknown: {
+    status: 500,
+    by: 'service',
+    retryAfter: 1,
+    resend: 'resend',
+    when: "MQ_VALUE_FORMAT other than json: the Schema Registry (SCHEMA_REGISTRY_URL) has not given the value schema's id yet; /readyz says why.",
+  },
   producer_failed: {
     status: 500,
     by: 'service',
@@ -265,6 +272,7 @@ export const PRODUCER_REFUSALS = [
   'broker_unavailable',
   'broker_stalled',
   'topic_unknown',
+  'schema_unknown',
   'producer_failed',
   'shutting_down',
 ] as const satisfies readonly ErrorCode[];
@@ -294,6 +302,8 @@ export function refusalMessage(refusal: ProducerRefusal, c: RefusalContext): str
       return `the Kafka brokers have answered nothing for more than ${c.brokerDownGraceMs} ms while requests wait; ${nothing}`;
     case 'topic_unknown':
       return `topic ${c.topic} does not exist or has no leader; ${nothing}`;
+    case 'schema_unknown':
+      return `the Schema Registry has not given the value schema's id yet (SCHEMA_REGISTRY_URL; /readyz says why); ${nothing}`;
     case 'producer_failed':
       return `this worker's Kafka producer failed (a fatal error, or librdkafka refused the points); ${nothing}`;
     case 'shutting_down':

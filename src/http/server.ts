@@ -9,6 +9,7 @@ import { errorAnswer, STATUS_LINE, type ErrorAnswer, type HttpStatus } from '../
 import type { Logger } from '../log.js';
 import type { WorkerMetrics } from '../metrics/metrics.js';
 import { GET_PATHS, TRACK_PATH, type GetPath } from '../api/routes.js';
+import type { FramingSource } from '../track-point/registry-encode.js';
 import type { PointSink } from '../write-ahead/acceptance.js';
 import type { TrackAnswer } from './track-answers.js';
 import type { RequestClient } from '../refused/refused-requests.js';
@@ -28,6 +29,8 @@ export interface ServerDeps {
   openApiJson: string;
   /** Where requests refused for their content are kept (MQ_REFUSED_TOPIC), or null. */
   refused: RefusedKeeper | null;
+  /** The values' registry framing (MQ_VALUE_FORMAT), absent for JSON. */
+  values?: FramingSource;
 }
 
 type RouteMetrics = ReturnType<WorkerMetrics['other']>;
@@ -75,7 +78,7 @@ export class HttpServer {
   private readonly readsGatewayHeaders: boolean;
 
   constructor(private readonly deps: ServerDeps) {
-    this.track = new TrackHandler(deps.config, deps.sink, deps.metrics, deps.refused);
+    this.track = new TrackHandler(deps.config, deps.sink, deps.metrics, deps.refused, deps.values);
     this.keepsRefused = deps.refused !== null;
     this.readsGatewayHeaders = this.keepsRefused && deps.config.trustGatewayHeaders;
     const m = deps.metrics;

@@ -12,8 +12,10 @@
 import { isUtf8 } from 'node:buffer';
 import { gunzipSync } from 'node:zlib';
 import { encodePoints, type EncodedPoints } from '../track-point/encode.js';
+import { encodeRegistryPoints, type RegistryFraming } from '../track-point/registry-encode.js';
+import { valueFields } from '../track-point/registry-schemas.js';
 import { validatePoints, type PointIssue, type ValidationResult } from '../track-point/schema.js';
-import { singlePass } from '../track-point/single-pass.js';
+import { singlePass, singlePassFor } from '../track-point/single-pass.js';
 
 /** Why a body is refused: what its answer says (track-answers.ts, refuse). */
 export interface BodyRefusal {
@@ -37,8 +39,11 @@ export const NO_POINTS: EncodedPoints = Object.freeze({ count: 0, data: new Uint
 const refused = (why: BodyRefusal['refused'], message: string, points = 0, details?: readonly PointIssue[]): BodyRefusal =>
   details === undefined ? { refused: why, message, points } : { refused: why, message, points, details };
 
-/** The messages of a request's body (views of scratch space the next body overwrites), or why it is refused. */
-export function decodeTrackBody(raw: Uint8Array, gzipped: boolean, limits: BodyLimits): EncodedPoints | BodyRefusal {
+/**
+ * The messages of a request's body (views of scratch space the next body overwrites), or why it is
+ * refused. `framing`: the values in that Schema Registry format (MQ_VALUE_FORMAT), null: JSON.
+ */
+export function decodeTrackBody(raw: Uint8Array, gzipped: boolean, limits: BodyLimits, framing: RegistryFraming | null = null): EncodedPoints | BodyRefusal {
   if (gzipped) {
     let bytes: Uint8Array;
     try {
@@ -50,17 +55,20 @@ export function decodeTrackBody(raw: Uint8Array, gzipped: boolean, limits: BodyL
         return refused('payload_too_large', `body is larger than ${limits.maxBodyBytes} bytes once decompressed`);
       return refused('invalid_json', `body is not valid gzip: ${(err as Error).message}`);
     }
-    const decoded = decodeBytes(bytes, limits);
+    const decoded = decodeBytes(bytes, limits, framing);
     return 'refused' in decoded ? { ...decoded, inflated: bytes } : decoded;
   }
-  return decodeBytes(raw, limits);
+  return decodeBytes(raw, limits, framing);
 }
 
+/** The value's fields, for the general path's registry encoder. */
+let fields: ReturnType<typeof valueFields> | null = null;
+
 /** decodeTrackBody, once the body is not gzip. */
-function decodeBytes(bytes: Uint8Array, limits: BodyLimits): EncodedPoints | BodyRefusal {
+function decodeBytes(bytes: Uint8Array, limits: BodyLimits, framing: RegistryFraming | null): EncodedPoints | BodyRefusal {
   // A body of valid points, as nearly every request is, goes from bytes to messages in one pass; so
   // does one whose points are read whole and refused.
-  const direct = singlePass(bytes, limits.maxPoints);
+  const direct = (framing === null ? singlePass : singlePassFor(framing))(bytes, limits.maxPoints);
   if (direct !== null) return 'details' in direct ? invalidPoints(direct, direct.count) : direct;
 
   // Buffer#toString would replace invalid sequences with U+FFFD and let them through; refuse instead.
@@ -82,7 +90,8 @@ function decodeBytes(bytes: Uint8Array, limits: BodyLimits): EncodedPoints | Bod
   if (count > limits.maxPoints) return refused('payload_too_large', `${count} track points in one request; at most ${limits.maxPoints} (MAX_POINTS)`, count);
 
   const result = validatePoints(parsed);
-  return result.ok ? encodePoints(result.points) : invalidPoints(result, count);
+  if (!result.ok) return invalidPoints(result, count);
+  return framing === null ? encodePoints(result.points) : encodeRegistryPoints(result.points, framing, (fields ??= valueFields()));
 }
 
 /** 400 validation_failed for a request of `count` points, some invalid. */

@@ -19,6 +19,7 @@
 import type { Config } from '../config.js';
 import type { WorkerMetrics } from '../metrics/metrics.js';
 import type { RefusedRequest, RequestClient } from '../refused/refused-requests.js';
+import { JSON_VALUES, type FramingSource } from '../track-point/registry-encode.js';
 import type { LateFailure, Pending, PointSink } from '../write-ahead/acceptance.js';
 import { decodeTrackBody, type BodyLimits } from './track-body.js';
 import { accepted, refuse, TrackAnswers, type TrackAnswer } from './track-answers.js';
@@ -76,6 +77,8 @@ export class TrackHandler {
     private readonly metrics: WorkerMetrics,
     /** null: MQ_REFUSED_TOPIC is off, and refusals cost nothing more. */
     private readonly refusedKeeper: RefusedKeeper | null = null,
+    /** MQ_VALUE_FORMAT: the registry format's framing once its schema id is known; JSON's is null. */
+    private readonly values: FramingSource = JSON_VALUES,
   ) {
     this.maxBodyBytes = config.maxBodyBytes;
     this.limits = { maxBodyBytes: config.maxBodyBytes, maxPoints: config.maxPoints };
@@ -144,7 +147,7 @@ export class TrackHandler {
    */
   take(x: TrackExchange, body: Uint8Array, owned: boolean, gzipped: boolean, waits: boolean): void {
     if (waits) return this.waitForRoom(x, body, owned, gzipped);
-    const decoded = decodeTrackBody(body, gzipped, this.limits);
+    const decoded = decodeTrackBody(body, gzipped, this.limits, this.values.framing);
     if ('refused' in decoded)
       return this.refuseBody(x, refuse(decoded.refused, decoded.message, decoded.points, decoded.details), body, gzipped, decoded.inflated ?? null);
     if (decoded.count === 0) return void this.answer(x, accepted(0), false);

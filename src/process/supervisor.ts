@@ -156,8 +156,10 @@ export function runPrimary(config: Config, runtime: RuntimeSummary): void {
       shutdown('fenced');
       return;
     }
-    if (!wasListening && STARTUP_FAILURES.has(code)) {
-      // A configuration or listen error will not heal by restarting: stop the whole service.
+    // A configuration or listen error will not heal by restarting: stop the whole service. A
+    // configuration error may come after listening too (a Schema Registry that refuses the schema
+    // once it answers: schema-registry/registration.ts).
+    if (code === EXIT.CONFIG || (!wasListening && STARTUP_FAILURES.has(code))) {
       log.fatal({ worker: worker.id, code }, 'a worker could not start; stopping the service');
       stopping = true;
       for (const w of Object.values(cluster.workers ?? {})) w?.kill('SIGKILL');

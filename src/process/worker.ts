@@ -31,6 +31,8 @@ import { createLogger, type Logger } from '../log.js';
 import { clusterMetricsClient } from '../metrics/aggregate.js';
 import { createWorkerMetrics } from '../metrics/metrics.js';
 import { RefusedRequests } from '../refused/refused-requests.js';
+import { SchemaRegistration } from '../schema-registry/registration.js';
+import { gatedOnSchema } from '../schema-registry/schema-gate.js';
 import type { DeliverySink } from '../write-ahead/acceptance.js';
 import { sinkOfMode } from '../write-ahead/delivery-mode.js';
 import type { ExactlyOnceSink } from '../write-ahead/exactly-once.js';
@@ -165,6 +167,21 @@ export async function runWorker(config: Config): Promise<void> {
   }
   path.start();
   refusedProducer?.start();
+  // MQ_VALUE_FORMAT other than json: the schema's id is asked of the registry beside Kafka's
+  // connection; no point is taken before it is known (schema-registry/registration.ts).
+  const registration =
+    config.schemaRegistry === null
+      ? null
+      : new SchemaRegistration(config.schemaRegistry, log, (message) => {
+          log.fatal({ registry: config.schemaRegistry?.url }, message);
+          process.stderr.write(`configuration error: MQ_VALUE_FORMAT: ${message}\n`);
+          process.exit(EXIT.CONFIG);
+        }, (framing) => {
+          // The single pass of this format is compiled for refused bodies too, as the JSON one was above.
+          const ms = warmUpTrackBody({ maxBodyBytes: config.maxBodyBytes, maxPoints: config.maxPoints }, framing);
+          log.debug({ warmUpMs: Math.round(ms), format: framing.format }, 'POST /track decoding warmed up for the value format');
+        });
+  registration?.start();
   const refused =
     config.refused === null || refusedProducer === null
       ? null
@@ -174,7 +191,8 @@ export async function runWorker(config: Config): Promise<void> {
     config,
     log,
     metrics,
-    sink: path,
+    sink: registration === null ? path : gatedOnSchema(path, registration),
+    ...(registration === null ? {} : { values: registration }),
     workerId,
     clusterMetrics: clusterMetricsClient(metrics.registry),
     openApiJson: JSON.stringify(buildOpenApi(config)),
@@ -188,6 +206,7 @@ export async function runWorker(config: Config): Promise<void> {
     stopping ??= (async () => {
       const deadline = Date.now() + config.shutdownTimeoutMs;
       log.info({ why }, 'worker shutting down');
+      registration?.stop();
       await server.stop(Math.min(2_000, config.shutdownTimeoutMs / 4));
       // Asked to stop (a scale-down, a rolling update): what the journal holds goes to Kafka first,
       // retries and an earlier process's records included, so that no pod leaves a journal behind
@@ -244,6 +263,10 @@ export async function runWorker(config: Config): Promise<void> {
       'listening before the Kafka producer is ready; POST /track answers 500 until it is',
     );
   }
+  // A registry that refuses the schema stops the start before this worker listens; one that does not
+  // answer yet leaves it listening with /readyz at 503, as Kafka does.
+  if (registration !== null && !(await registration.whenRegistered(LISTEN_AFTER_PRODUCER_WAIT_MS)))
+    log.warn({ registry: config.schemaRegistry?.url }, 'listening before the Schema Registry gave the value schema id; POST /track answers 500 schema_unknown until it does');
   if (stopping !== null) return;
   if (transactional !== null && !(await startTransactions(config, transactional, claim, log, accepting, () => stopping !== null))) return;
   try {

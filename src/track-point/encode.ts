@@ -151,10 +151,11 @@ function writeJsonString(id: string, p: number): number {
 }
 
 /**
- * The key: the id in UTF-8, ASCII byte by byte, otherwise converted alone as the binding's
- * produce() converted a key (two ids written together could join into one surrogate pair).
+ * The key, into the scratch buffer at p (room reserved): the id in UTF-8, ASCII byte by byte,
+ * otherwise converted alone as the binding's produce() converted a key (two ids written together
+ * could join into one surrogate pair).
  */
-function writeKey(id: string, p: number): number {
+export function writeKey(id: string, p: number): number {
   for (let k = 0; k < id.length; k++) {
     const c = id.charCodeAt(k);
     if (c > 127) return p + out.write(id, p);

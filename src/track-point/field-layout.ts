@@ -26,6 +26,8 @@ export function fieldLayout(schema: z.ZodObject, keyField: string) {
   // What JSON.stringify writes before each value of zod's output, whose keys are in the schema's order.
   const prefixes = fields.map((f, j) => bytesOf(`${j === 0 ? '{' : ','}${JSON.stringify(f.key)}:${f.kind === 'string' ? '"' : ''}`));
   const defaults = fields.map((f) => (f.absent === null ? null : bytesOf(JSON.stringify(f.absent.value))));
+  // The same defaults as values, for the registry formats' writers.
+  const defaultValues = fields.map((f) => (f.absent === null ? null : f.absent.value));
   let required = 0;
   fields.forEach((f, j) => {
     if (f.absent === null) required |= 1 << j;
@@ -34,5 +36,5 @@ export function fieldLayout(schema: z.ZodObject, keyField: string) {
   // A value holds at most the point's own bytes, these, and its numbers as Number::toString writes them.
   const fixedBytes = prefixes.reduce((n, p) => n + p.length, 0) + defaults.reduce((n, d) => n + (d?.length ?? 0), 0) + (NUMBER_TEXT + 2) * count;
 
-  return { count, keyIndex, keys, names, isString, accepts, acceptsAscii, prefixes, defaults, required, all, fixedBytes };
+  return { count, keyIndex, keys, names, isString, accepts, acceptsAscii, prefixes, defaults, defaultValues, required, all, fixedBytes };
 }

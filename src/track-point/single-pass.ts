@@ -21,6 +21,7 @@ import type { z } from 'zod';
 import { scratchBytes, scratchOffsets, type EncodedPoints } from './encode.js';
 import { fieldLayout } from './field-layout.js';
 import { compileReadAsWritten } from './read-as-written.js';
+import { registryOverhead, writeDoubleField, writeLength, type RegistryFraming } from './registry-encode.js';
 import { skipScalar } from './skip-scalar.js';
 import { refusedValues, TrackPointSchema, type RefusedValue, type TrackPoint, type ValidationResult } from './schema.js';
 
@@ -86,13 +87,20 @@ function isDigit(c: number | undefined): boolean {
   return c !== undefined && c >= ZERO && c <= NINE;
 }
 
-/** Compiles the single pass for an object schema of strings and numbers, keyed by the string field keyField. */
+/**
+ * Compiles the single pass for an object schema of strings and numbers, keyed by the string field
+ * keyField. `framing`: the values in that Schema Registry format (registry-encode.ts), else JSON.
+ */
 export function compileSinglePass(
   schema: z.ZodObject,
   keyField: string,
-  options: { generate: boolean } = { generate: true },
+  options: { generate: boolean; framing?: RegistryFraming } = { generate: true },
 ): (body: Uint8Array, maxPoints: number) => EncodedPoints | RefusedPoints | null {
-  const { count, keyIndex, keys, names, isString, accepts, acceptsAscii, prefixes, defaults, required, all, fixedBytes } = fieldLayout(schema, keyField);
+  const { count, keyIndex, keys, names, isString, accepts, acceptsAscii, prefixes, defaults, defaultValues, required, all, fixedBytes } = fieldLayout(
+    schema,
+    keyField,
+  );
+  const framing = options.framing ?? null;
 
   // Where each field of the current point sits in the body. A string: [start, end). A number: its
   // sign, integer digits [start, end) ("0" as an empty range), and `decimals` significant decimals
@@ -102,6 +110,8 @@ export function compileSinglePass(
   const negative = new Uint8Array(count);
   const decimalStart = new Uint32Array(count);
   const decimals = new Uint8Array(count);
+  /** A number's double, for the registry formats (JSON writes its text). */
+  const numberValue = new Float64Array(count);
   /** A number outside the plain form: its text as Number::toString writes it. */
   const numberText: (string | null)[] = keys.map(() => null);
   /**
@@ -217,6 +227,7 @@ export function compileSinglePass(
         numberAsWritten = canonical === written;
       }
     }
+    numberValue[j] = value;
     if (!(accepts[j] as (v: unknown) => boolean)(value)) refuse(j, value);
     return i;
   }
@@ -279,6 +290,26 @@ export function compileSinglePass(
     o[p++] = CLOSE_OBJECT;
     return p;
   }
+
+  /**
+   * writeValue for a registry format: the header, then each field in the schema's order. The strings
+   * are printable ASCII here (plainStringEnd): their bytes are their UTF-8. json-schema is the JSON
+   * value after the header.
+   */
+  function writeFramedValue(b: Uint8Array, o: Buffer, p: number, seen: number, { format, header }: RegistryFraming): number {
+    for (let k = 0; k < header.length; k++) o[p++] = header[k] as number;
+    if (format === 'json-schema') return writeValue(b, o, p, seen);
+    for (let j = 0; j < count; j++) {
+      if (isString[j]) {
+        const from = start[j] as number;
+        const to = end[j] as number;
+        p = writeLength(o, p, format, j, to - from);
+        for (let k = from; k < to; k++) o[p++] = b[k] as number;
+      } else p = writeDoubleField(o, p, format, j, (seen & (1 << j)) === 0 ? (defaultValues[j] as number) : (numberValue[j] as number));
+    }
+    return p;
+  }
+  const framedBytes = framing === null ? 0 : registryOverhead(count) + (framing.format === 'json-schema' ? fixedBytes : 0);
 
   return function singlePass(body: Uint8Array, maxPoints: number): EncodedPoints | RefusedPoints | null {
     // A plain Uint8Array whatever the caller has (a Buffer, a view of uWebSockets.js' memory): one
@@ -350,7 +381,7 @@ export function compileSinglePass(
       if (refused === null) {
         const messages = scratchOffsets(points + 1);
         const m = 4 * points;
-        if (asWritten >= 0) {
+        if (asWritten >= 0 && framing === null) {
           // The value is the object as it stands in the body: no copy here.
           messages[m] = objectStart;
           messages[m + 1] = i;
@@ -363,9 +394,15 @@ export function compileSinglePass(
           }
           // A value holds at most the point's own bytes, the field prefixes and defaults, and the
           // text of its numbers as Number::toString writes them.
-          out = scratchBytes(p, fixedBytes + (i - objectStart));
-          messages[m] = p;
-          p = writeValue(b, out, p, seen);
+          if (framing === null) {
+            out = scratchBytes(p, fixedBytes + (i - objectStart));
+            messages[m] = p;
+            p = writeValue(b, out, p, seen);
+          } else {
+            out = scratchBytes(p, framedBytes + (i - objectStart));
+            messages[m] = p;
+            p = writeFramedValue(b, out, p, seen, framing);
+          }
           messages[m + 1] = p;
         }
         const valueBytes = (messages[m + 1] as number) - (messages[m] as number);
@@ -396,3 +433,16 @@ export function compileSinglePass(
 
 /** The track-point schema's: a body's messages, validatePoints' answer for a body refused, or null (the general path). */
 export const singlePass = compileSinglePass(TrackPointSchema, 'container_id' satisfies keyof TrackPoint);
+
+const framedPasses = new WeakMap<RegistryFraming, typeof singlePass>();
+
+/** The track-point schema's single pass writing values in a registry format (compiled once per framing), or JSON's for null. */
+export function singlePassFor(framing: RegistryFraming | null): typeof singlePass {
+  if (framing === null) return singlePass;
+  let pass = framedPasses.get(framing);
+  if (pass === undefined) {
+    pass = compileSinglePass(TrackPointSchema, 'container_id' satisfies keyof TrackPoint, { generate: true, framing });
+    framedPasses.set(framing, pass);
+  }
+  return pass;
+}
