@@ -357,12 +357,27 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Readonly<Confi
 /** The registry settings of a registry value format: its URL is required, one kind of authentication at most. */
 function schemaRegistryOf(
   format: RegistryFormat,
-  e: Record<'SCHEMA_REGISTRY_URL' | 'SCHEMA_REGISTRY_USER' | 'SCHEMA_REGISTRY_PASSWORD' | 'SCHEMA_REGISTRY_TOKEN' | 'SCHEMA_REGISTRY_CA' | 'SCHEMA_SUBJECT_STRATEGY' | 'MQ_TOPIC', string>,
+  e: Record<
+    | 'SCHEMA_REGISTRY_URL'
+    | 'SCHEMA_REGISTRY_USER'
+    | 'SCHEMA_REGISTRY_PASSWORD'
+    | 'SCHEMA_REGISTRY_TOKEN'
+    | 'SCHEMA_REGISTRY_CA'
+    | 'SCHEMA_SUBJECT_STRATEGY'
+    | 'MQ_TOPIC',
+    string
+  >,
 ): SchemaRegistry {
   if (e.SCHEMA_REGISTRY_URL === '')
-    throw new ConfigError('SCHEMA_REGISTRY_URL', `required with MQ_VALUE_FORMAT=${format}: the Schema Registry's URL (Apicurio: http://host:8080/apis/ccompat/v7)`);
+    throw new ConfigError(
+      'SCHEMA_REGISTRY_URL',
+      `required with MQ_VALUE_FORMAT=${format}: the Schema Registry's URL (Apicurio: http://host:8080/apis/ccompat/v7)`,
+    );
   if (e.SCHEMA_REGISTRY_TOKEN !== '' && e.SCHEMA_REGISTRY_USER !== '')
-    throw new ConfigError('SCHEMA_REGISTRY_TOKEN', 'set either SCHEMA_REGISTRY_TOKEN (bearer) or SCHEMA_REGISTRY_USER and SCHEMA_REGISTRY_PASSWORD (basic), not both');
+    throw new ConfigError(
+      'SCHEMA_REGISTRY_TOKEN',
+      'set either SCHEMA_REGISTRY_TOKEN (bearer) or SCHEMA_REGISTRY_USER and SCHEMA_REGISTRY_PASSWORD (basic), not both',
+    );
   if ((e.SCHEMA_REGISTRY_USER === '') !== (e.SCHEMA_REGISTRY_PASSWORD === ''))
     throw new ConfigError('SCHEMA_REGISTRY_PASSWORD', 'basic authentication needs both SCHEMA_REGISTRY_USER and SCHEMA_REGISTRY_PASSWORD');
   const authorization =

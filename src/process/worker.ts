@@ -172,15 +172,20 @@ export async function runWorker(config: Config): Promise<void> {
   const registration =
     config.schemaRegistry === null
       ? null
-      : new SchemaRegistration(config.schemaRegistry, log, (message) => {
-          log.fatal({ registry: config.schemaRegistry?.url }, message);
-          process.stderr.write(`configuration error: MQ_VALUE_FORMAT: ${message}\n`);
-          process.exit(EXIT.CONFIG);
-        }, (framing) => {
-          // The single pass of this format is compiled for refused bodies too, as the JSON one was above.
-          const ms = warmUpTrackBody({ maxBodyBytes: config.maxBodyBytes, maxPoints: config.maxPoints }, framing);
-          log.debug({ warmUpMs: Math.round(ms), format: framing.format }, 'POST /track decoding warmed up for the value format');
-        });
+      : new SchemaRegistration(
+          config.schemaRegistry,
+          log,
+          (message) => {
+            log.fatal({ registry: config.schemaRegistry?.url }, message);
+            process.stderr.write(`configuration error: MQ_VALUE_FORMAT: ${message}\n`);
+            process.exit(EXIT.CONFIG);
+          },
+          (framing) => {
+            // The single pass of this format is compiled for refused bodies too, as the JSON one was above.
+            const ms = warmUpTrackBody({ maxBodyBytes: config.maxBodyBytes, maxPoints: config.maxPoints }, framing);
+            log.debug({ warmUpMs: Math.round(ms), format: framing.format }, 'POST /track decoding warmed up for the value format');
+          },
+        );
   registration?.start();
   const refused =
     config.refused === null || refusedProducer === null
@@ -266,7 +271,10 @@ export async function runWorker(config: Config): Promise<void> {
   // A registry that refuses the schema stops the start before this worker listens; one that does not
   // answer yet leaves it listening with /readyz at 503, as Kafka does.
   if (registration !== null && !(await registration.whenRegistered(LISTEN_AFTER_PRODUCER_WAIT_MS)))
-    log.warn({ registry: config.schemaRegistry?.url }, 'listening before the Schema Registry gave the value schema id; POST /track answers 500 schema_unknown until it does');
+    log.warn(
+      { registry: config.schemaRegistry?.url },
+      'listening before the Schema Registry gave the value schema id; POST /track answers 500 schema_unknown until it does',
+    );
   if (stopping !== null) return;
   if (transactional !== null && !(await startTransactions(config, transactional, claim, log, accepting, () => stopping !== null))) return;
   try {

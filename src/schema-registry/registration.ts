@@ -4,7 +4,7 @@
 // password) stops the start, because no retry heals it.
 //
 //   start ─ register ─┬─ id ──────────────▶ ready: values framed with it (registry-encode.ts)
-//                     ├─ unreachable / 5xx ▶ /readyz 503 naming the registry; again in 0.5 s … 10 s
+//                     ├─ unreachable / 5xx ▶ /readyz 503 naming the registry; again in 0.5 s … 5 s
 //                     └─ 409 / 4xx ───────▶ onRefused (the worker exits 2, and the service with it)
 import type { SchemaRegistry } from '../config.js';
 import type { Logger } from '../log.js';
@@ -13,7 +13,7 @@ import { SCHEMA_TYPE, schemaText } from '../track-point/registry-schemas.js';
 import { RegistryClient, RegistryRefusal, RegistryUnavailable } from './registry-client.js';
 
 const FIRST_RETRY_MS = 500;
-const LONGEST_RETRY_MS = 10_000;
+const LONGEST_RETRY_MS = 5_000;
 
 export class SchemaRegistration {
   /** The values' framing once the id is known; null until then. */
@@ -81,7 +81,10 @@ export class SchemaRegistration {
       }
       const why = err instanceof RegistryUnavailable ? err.message : String(err);
       this.reason = `the Schema Registry ${url} cannot give the value schema's id (${why}); asking again in ${nextDelayMs} ms`;
-      this.log.warn({ registry: url, subject, retryInMs: nextDelayMs, err: why }, 'Schema Registry unreachable: no point is taken until it gives the schema id');
+      this.log.warn(
+        { registry: url, subject, retryInMs: nextDelayMs, err: why },
+        'Schema Registry unreachable: no point is taken until it gives the schema id',
+      );
       if (this.stopped) return;
       this.timer = setTimeout(() => void this.attempt(Math.min(2 * nextDelayMs, LONGEST_RETRY_MS)), nextDelayMs);
       this.timer.unref();

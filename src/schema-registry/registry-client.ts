@@ -52,7 +52,7 @@ export class RegistryClient {
 
   /** The compatibility level that applies to the subject: its own, else the registry's. */
   async compatibility(): Promise<string> {
-    const own = await this.call('GET', `/config/${encodeURIComponent(this.registry.subject)}`);
+    const own = await this.call('GET', `/config/${encodeURIComponent(this.registry.subject)}?defaultToGlobal=true`);
     const level = (answer: Answer) => (parse(answer.body) as { compatibilityLevel?: unknown } | null)?.compatibilityLevel;
     if (own.status === 200 && typeof level(own) === 'string') return level(own) as string;
     const global = await this.call('GET', '/config');

@@ -38,7 +38,8 @@ export interface ValueField {
 export function valueFields(schema: z.ZodObject = TrackPointSchema): ValueField[] {
   return Object.entries(schema.shape).map(([name, field]) => {
     const json = z.toJSONSchema(field as z.ZodType, { io: 'output' }) as { type?: string; description?: string; default?: unknown };
-    if (json.type !== 'string' && json.type !== 'number') throw new Error(`field ${name}: a registry format holds strings and numbers, not ${String(json.type)}`);
+    if (json.type !== 'string' && json.type !== 'number')
+      throw new Error(`field ${name}: a registry format holds strings and numbers, not ${String(json.type)}`);
     return {
       name,
       type: json.type === 'string' ? 'string' : 'double',
@@ -51,7 +52,9 @@ export function valueFields(schema: z.ZodObject = TrackPointSchema): ValueField[
 /** The Avro schema (.avsc): a record of the fields, speed with its default so that it may be added to or dropped by a reader. */
 export function avroSchema(): string {
   const fields = valueFields().map((f) => ({ name: f.name, type: f.type, doc: f.description, ...(f.default === undefined ? {} : { default: f.default }) }));
-  return JSON.stringify({ type: 'record', name: SCHEMA_NAME, namespace: SCHEMA_NAMESPACE, doc: 'One GPS point of a shipping container.', fields }, null, 2) + '\n';
+  return (
+    JSON.stringify({ type: 'record', name: SCHEMA_NAME, namespace: SCHEMA_NAMESPACE, doc: 'One GPS point of a shipping container.', fields }, null, 2) + '\n'
+  );
 }
 
 /** The Protobuf schema (.proto, proto3): one message, field numbers in the schema's order from 1. */

@@ -297,6 +297,7 @@ export function compileSinglePass(
    * value after the header.
    */
   function writeFramedValue(b: Uint8Array, o: Buffer, p: number, seen: number, { format, header }: RegistryFraming): number {
+    // eslint-disable-next-line @typescript-eslint/prefer-for-of -- a byte copy on the hot path, indexed
     for (let k = 0; k < header.length; k++) o[p++] = header[k] as number;
     if (format === 'json-schema') return writeValue(b, o, p, seen);
     for (let j = 0; j < count; j++) {

@@ -78,6 +78,42 @@ describe('configuration', () => {
     expect(() => loadConfig(env)).toThrow(expect.objectContaining({ variable }));
   });
 
+  it('reads a registry value format: its subject by strategy, its authentication, json without any', () => {
+    const url = 'http://registry:8080/apis/ccompat/v7/';
+    expect(loadConfig({}).schemaRegistry).toBeNull();
+    expect(loadConfig({ MQ_VALUE_FORMAT: 'avro', SCHEMA_REGISTRY_URL: url, MQ_TOPIC: 'points' }).schemaRegistry).toEqual({
+      format: 'avro',
+      url: 'http://registry:8080/apis/ccompat/v7',
+      authorization: null,
+      caFile: null,
+      subject: 'points-value',
+    });
+    const record = loadConfig({
+      MQ_VALUE_FORMAT: 'protobuf',
+      SCHEMA_REGISTRY_URL: url,
+      SCHEMA_SUBJECT_STRATEGY: 'record',
+      SCHEMA_REGISTRY_USER: 'u',
+      SCHEMA_REGISTRY_PASSWORD: 'p',
+    });
+    expect(record.schemaRegistry?.subject).toBe('telemetry.TrackPoint');
+    expect(record.schemaRegistry?.authorization).toBe(`Basic ${Buffer.from('u:p').toString('base64')}`);
+    expect(loadConfig({ MQ_VALUE_FORMAT: 'json-schema', SCHEMA_REGISTRY_URL: url, SCHEMA_REGISTRY_TOKEN: 't' }).schemaRegistry?.authorization).toBe('Bearer t');
+  });
+
+  it.each([
+    [{ MQ_VALUE_FORMAT: 'avro' }, 'SCHEMA_REGISTRY_URL'],
+    [{ MQ_VALUE_FORMAT: 'xml' }, 'MQ_VALUE_FORMAT'],
+    [{ MQ_VALUE_FORMAT: 'avro', SCHEMA_REGISTRY_URL: 'registry:8081' }, 'SCHEMA_REGISTRY_URL'],
+    [{ MQ_VALUE_FORMAT: 'avro', SCHEMA_REGISTRY_URL: 'http://r', SCHEMA_REGISTRY_USER: 'u' }, 'SCHEMA_REGISTRY_PASSWORD'],
+    [
+      { MQ_VALUE_FORMAT: 'avro', SCHEMA_REGISTRY_URL: 'http://r', SCHEMA_REGISTRY_USER: 'u', SCHEMA_REGISTRY_PASSWORD: 'p', SCHEMA_REGISTRY_TOKEN: 't' },
+      'SCHEMA_REGISTRY_TOKEN',
+    ],
+    [{ MQ_VALUE_FORMAT: 'avro', SCHEMA_REGISTRY_URL: 'http://r', SCHEMA_SUBJECT_STRATEGY: 'topic-record' }, 'SCHEMA_SUBJECT_STRATEGY'],
+  ])('refuses the registry settings %j, naming %s', (env, variable) => {
+    expect(() => loadConfig(env)).toThrow(expect.objectContaining({ variable }));
+  });
+
   it('treats an empty value as unset', () => {
     expect(loadConfig({ MQ_TOPIC: '', MAX_POINTS: ' ' }).topic).toBe(DEFAULTS.MQ_TOPIC);
   });

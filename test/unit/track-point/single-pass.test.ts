@@ -10,6 +10,8 @@ import { encodePoints, type EncodedPoints } from '../../../src/track-point/encod
 import { messagesOf } from '../../../support/messages.js';
 import { MAX_ERROR_DETAILS, TrackPointSchema, validatePoints } from '../../../src/track-point/schema.js';
 import { compileSinglePass, singlePass, type RefusedPoints } from '../../../src/track-point/single-pass.js';
+import { encodeRegistryPoints, registryFraming, type RegistryFraming } from '../../../src/track-point/registry-encode.js';
+import { valueFields, type RegistryFormat } from '../../../src/track-point/registry-schemas.js';
 
 const MAX_POINTS = 6;
 
@@ -28,6 +30,14 @@ function general(body: Buffer, maxPoints: number): EncodedPoints | RefusedPoints
   if (!Array.isArray(parsed) || parsed.length === 0 || parsed.length > maxPoints) return null;
   const result = validatePoints(parsed);
   return result.ok ? encodePoints(result.points) : { ...result, count: parsed.length };
+}
+
+/** The general path's messages in a registry format, or null when it does not take the body. */
+function generalFramed(body: Buffer, maxPoints: number, framing: RegistryFraming): EncodedPoints | null {
+  const result = general(body, maxPoints);
+  if (result === null || 'details' in result) return null;
+  const points = validatePoints(JSON.parse(body.toString('utf8')) as unknown[]);
+  return points.ok ? encodeRegistryPoints(points.points, framing, valueFields()) : null;
 }
 
 /** The single pass's answer: its messages as plain data, or its refusal. */
@@ -212,6 +222,41 @@ describe('the single pass', () => {
       { numRuns: 10_000 },
     );
   });
+
+  it.each(['avro', 'protobuf', 'json-schema'] as RegistryFormat[])(
+    "in %s: takes the bodies it takes in JSON, with the general path's registry messages byte for byte, and refuses the same",
+    (format) => {
+      const framing = registryFraming(format, 0x01020304);
+      const framed = compileSinglePass(TrackPointSchema, 'container_id', { generate: true, framing });
+      let taken = 0;
+      fc.assert(
+        fc.property(
+          fc.oneof(
+            body,
+            validPoints.map((points) => Buffer.from(JSON.stringify(points))),
+          ),
+          (b) => {
+            const json = snapshot(encodeValidBody(b, MAX_POINTS));
+            const jsonRefusal = refusal(singlePass(b, MAX_POINTS));
+            const reference = snapshot(generalFramed(b, MAX_POINTS, framing));
+            const result = framed(b, MAX_POINTS);
+            const got = snapshot(takenBatch(result));
+            expect(got === null).toBe(json === null);
+            expect(refusal(result)).toStrictEqual(jsonRefusal);
+            if (got !== null) {
+              taken++;
+              expect(got).toStrictEqual(reference);
+              expect(got.keys).toStrictEqual(json?.keys);
+              // Confluent's wire format: magic byte 0, then the schema id big-endian.
+              for (const v of got.values) expect(v.slice(0, 5)).toBe('\x00\x01\x02\x03\x04');
+            }
+          },
+        ),
+        { numRuns: 5_000 },
+      );
+      expect(taken).toBeGreaterThan(1_000);
+    },
+  );
 
   it('takes the same bodies with the same messages without generated code (a process that forbids it)', () => {
     const interpreted = compileSinglePass(TrackPointSchema, 'container_id', { generate: false });
