@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
-.PHONY: help install build run drain gateway test test-fast test-faults test-image test-node24 test-node22-smoke test-unit fuzz broker broker-stop cluster cluster-stop consume refused openapi bench bench-floor bench-cpu bench-node24 bench-journal bench-refused bench-exactly-once bench-gateway bench-transactions-floor bench-replay clean
+.PHONY: help install build run drain gateway test test-fast test-faults test-image test-node24 test-node22-smoke test-unit fuzz broker broker-stop cluster cluster-stop consume refused openapi schemas registry registry-stop bench bench-floor bench-cpu bench-node24 bench-journal bench-refused bench-exactly-once bench-gateway bench-transactions-floor bench-replay bench-value-bytes clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -59,8 +59,8 @@ cluster: ## start a 3-broker Kafka cluster on 127.0.0.1:19092,19192,19292
 cluster-stop: ## stop the 3-broker cluster
 	@scripts/kafka.sh stop --cluster
 
-consume: ## print what the topic holds (key, partition, value)
-	@scripts/kafka.sh consume $(MQ_TOPIC)
+consume: ## print what the topic holds (key, partition, value), registry formats decoded (MQ_VALUE_FORMAT)
+	@if [ "$${MQ_VALUE_FORMAT:-json}" = json ]; then scripts/kafka.sh consume $(MQ_TOPIC); else $(MAKE) --no-print-directory build >/dev/null && node dist/scripts/consume.js; fi
 
 refused: build ## the last requests refused for their content, from MQ_REFUSED_TOPIC, as a table (REFUSED_LAST=20)
 	@node dist/scripts/refused.js
@@ -115,12 +115,25 @@ bench-replay: build ## how fast a restarted worker, and `drain`, produce again a
 	@npx tsc -p .
 	@scripts/with-broker.sh node dist/bench/replay.js
 
+bench-value-bytes: build ## bytes per point of each MQ_VALUE_FORMAT (avro, protobuf, json-schema) against json, no broker
+	@npx tsc -p .
+	@node dist/bench/value-bytes.js
+
 fuzz: build ## 1,000,000 hostile bodies against a running worker: no crash, JSON 4xx answers, RSS curve
 	@npx tsc -p .
 	@scripts/with-broker.sh node dist/bench/fuzz.js
 
 openapi: build ## regenerate openapi.json from the zod schema
 	@node dist/scripts/write-openapi.js
+
+schemas: build ## regenerate schemas/ (the value's Avro, Protobuf and JSON Schema) from the zod schema
+	@node dist/scripts/write-schemas.js
+
+registry: ## start the local Schema Registry (Apicurio) on 127.0.0.1:8081, for MQ_VALUE_FORMAT avro, protobuf, json-schema
+	@scripts/registry.sh start
+
+registry-stop: ## stop the local Schema Registry
+	@scripts/registry.sh stop
 
 clean: ## remove build output, local Kafka data and logs (keeps the jar cache)
 	@scripts/kafka.sh stop --all

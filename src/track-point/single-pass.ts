@@ -382,7 +382,19 @@ export function compileSinglePass(
       if (refused === null) {
         const messages = scratchOffsets(points + 1);
         const m = 4 * points;
-        if (asWritten >= 0 && framing === null) {
+        let keyStart = start[keyIndex] as number;
+        let keyEnd = end[keyIndex] as number;
+        if (framing !== null) {
+          // A registry format: the value written anew, its key after it (the id's bytes; printable
+          // ASCII, no escape: its UTF-8 as it stands). Nothing of the body is copied besides.
+          out = scratchBytes(p, framedBytes + 2 * (i - objectStart));
+          messages[m] = p;
+          p = writeFramedValue(b, out, p, seen, framing);
+          messages[m + 1] = p;
+          for (let k = keyStart; k < keyEnd; k++) out[p++] = b[k] as number;
+          keyStart = p - (keyEnd - keyStart);
+          keyEnd = p;
+        } else if (asWritten >= 0) {
           // The value is the object as it stands in the body: no copy here.
           messages[m] = objectStart;
           messages[m + 1] = i;
@@ -395,23 +407,17 @@ export function compileSinglePass(
           }
           // A value holds at most the point's own bytes, the field prefixes and defaults, and the
           // text of its numbers as Number::toString writes them.
-          if (framing === null) {
-            out = scratchBytes(p, fixedBytes + (i - objectStart));
-            messages[m] = p;
-            p = writeValue(b, out, p, seen);
-          } else {
-            out = scratchBytes(p, framedBytes + (i - objectStart));
-            messages[m] = p;
-            p = writeFramedValue(b, out, p, seen, framing);
-          }
+          out = scratchBytes(p, fixedBytes + (i - objectStart));
+          messages[m] = p;
+          p = writeValue(b, out, p, seen);
           messages[m + 1] = p;
         }
         const valueBytes = (messages[m + 1] as number) - (messages[m] as number);
         if (valueBytes > largestValue) largestValue = valueBytes;
-        // The key is the id's bytes in the body (printable ASCII, no escape: its UTF-8 as it stands).
-        messages[m + 2] = start[keyIndex] as number;
-        messages[m + 3] = end[keyIndex] as number;
-        bytes += valueBytes + (end[keyIndex] as number) - (start[keyIndex] as number);
+        // JSON: the key is the id's bytes in the body (printable ASCII, no escape: its UTF-8 as it stands).
+        messages[m + 2] = keyStart;
+        messages[m + 3] = keyEnd;
+        bytes += valueBytes + keyEnd - keyStart;
       }
       points++;
 
@@ -428,7 +434,9 @@ export function compileSinglePass(
       const invalid = refusedValues(schema, refused);
       return invalid === null ? null : { ok: false, invalidPoints: invalid.invalidPoints, details: invalid.details, count: points };
     }
-    return { count: points, data: out === null ? b : out.subarray(0, p), messages: scratchOffsets(points).subarray(0, 4 * points), bytes, largestValue };
+    // A registry format's data is all written: a plain view of the scratch (no Buffer's constructor).
+    const data = out === null ? b : framing === null ? out.subarray(0, p) : new Uint8Array(out.buffer, out.byteOffset, p);
+    return { count: points, data, messages: scratchOffsets(points).subarray(0, 4 * points), bytes, largestValue };
   };
 }
 

@@ -8,10 +8,10 @@ import { createConnection, createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { gzipSync } from 'node:zlib';
-import { AvroDeserializer, JsonDeserializer, ProtobufDeserializer, SchemaRegistryClient, SerdeType, type Client } from '@confluentinc/schemaregistry';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { consumeAll, createTopic, deleteTopic, uniqueTopic, type ConsumedMessage } from '../../support/kafka.js';
 import { freePort } from '../../support/ports.js';
+import { registryDecoder } from '../../support/registry-decode.js';
 import { REPO_ROOT } from '../../support/repo-root.js';
 import { journalDir, point, postTrack, startService, until, untilJournalEmpty } from '../helpers/service.js';
 
@@ -26,36 +26,12 @@ async function registry(command: 'start' | 'stop'): Promise<void> {
   await run(REGISTRY, [command], { env: registryEnv, timeout: 180_000 });
 }
 
-/**
- * Confluent's client, with one fix for Apicurio's Confluent API: asked for a Protobuf schema in the
- * `serialized` format, Apicurio answers the FileDescriptorProto's bytes as characters where Confluent
- * answers them in base64 (what the deserializer decodes).
- */
-function confluentClient(): Client {
-  const client = new SchemaRegistryClient({ baseURLs: [registryUrl] });
-  const byId = client.getBySubjectAndId.bind(client);
-  client.getBySubjectAndId = async (subject, id, format) => {
-    const info = await byId(subject, id, format);
-    return format === 'serialized' ? { ...info, schema: Buffer.from(info.schema, 'latin1').toString('base64') } : info;
-  };
-  return client;
-}
-
 /** Each message's value, decoded by Confluent's deserializer of the format. */
 async function decodeAll(format: Format, topic: string, messages: readonly ConsumedMessage[]): Promise<Record<string, unknown>[]> {
-  const client = confluentClient();
-  const deserializer =
-    format === 'avro'
-      ? new AvroDeserializer(client, SerdeType.VALUE, {})
-      : format === 'protobuf'
-        ? new ProtobufDeserializer(client, SerdeType.VALUE, {})
-        : new JsonDeserializer(client, SerdeType.VALUE, {});
+  const decode = registryDecoder(format, registryUrl);
   const out: Record<string, unknown>[] = [];
-  for (const m of messages) {
-    const value = (await deserializer.deserialize(topic, m.bytes)) as Record<string, unknown>;
-    // The five fields alone (a Protobuf message also names its type, and protobuf-es names fields in lowerCamelCase).
-    out.push(expected(format === 'protobuf' ? { ...value, container_id: value.containerId } : value));
-  }
+  // The five fields alone.
+  for (const m of messages) out.push(expected(await decode(topic, m.bytes)));
   return out;
 }
 
