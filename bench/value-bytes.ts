@@ -31,6 +31,8 @@ for (const coordinates of ['distinct', 'computed'] as Coordinates[]) {
     const perPoint = (values + keys) / decoded.count;
     if (format === 'json') json = perPoint;
     const fixed = (n: number) => n.toFixed(1);
-    console.log(`| ${coordinates} | ${format} | ${fixed(values / decoded.count)} | ${fixed(keys / decoded.count)} | ${fixed(perPoint)} | ${(perPoint / json).toFixed(2)}× |`);
+    console.log(
+      `| ${coordinates} | ${format} | ${fixed(values / decoded.count)} | ${fixed(keys / decoded.count)} | ${fixed(perPoint)} | ${(perPoint / json).toFixed(2)}× |`,
+    );
   }
 }

@@ -58,12 +58,19 @@ find_java() {
   echo "$candidate"
 }
 
+# HTTP with Node's fetch (the Debian 13 root of scripts/test-in-root.sh has no curl).
+answers() { node -e 'fetch(process.argv[1]).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))' "$1"; }
+put_json() {
+  node -e 'fetch(process.argv[1], { method: "PUT", headers: { "content-type": "application/json" }, body: process.argv[2] })
+    .then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))' "$1" "$2"
+}
+
 pid() { local f=$RUN/pid; [[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null && cat "$f"; return 0; }
 
 start() {
   local t0=$SECONDS java i
   if [[ -n $(pid) ]]; then say "running on $URL (pid $(pid))"; return 0; fi
-  if curl -fsS -o /dev/null "$URL/subjects" 2>/dev/null; then say "a registry already answers on $URL (not started by this script)"; return 0; fi
+  if answers "$URL/subjects"; then say "a registry already answers on $URL (not started by this script)"; return 0; fi
   fetch
   java=$(find_java)
   mkdir -p "$RUN"
@@ -75,12 +82,12 @@ start() {
     -jar "$APP/quarkus-run.jar" >"$RUN/registry.log" 2>&1 </dev/null &
   echo $! >"$RUN/pid"
   for i in $(seq 1 240); do
-    curl -fsS -o /dev/null "$URL/subjects" 2>/dev/null && break
+    answers "$URL/subjects" && break
     kill -0 "$(cat "$RUN/pid")" 2>/dev/null || die "the registry exited at start; see $RUN/registry.log: $(tail -3 "$RUN/registry.log")"
     sleep 0.5
   done
-  curl -fsS -o /dev/null "$URL/subjects" || die "the registry did not answer on $URL within 120 s; see $RUN/registry.log"
-  curl -fsS -o /dev/null -X PUT -H 'content-type: application/json' -d '{"compatibility":"BACKWARD"}' "$URL/config"
+  answers "$URL/subjects" || die "the registry did not answer on $URL within 120 s; see $RUN/registry.log"
+  put_json "$URL/config" '{"compatibility":"BACKWARD"}' || die "the registry refused the compatibility level BACKWARD; see $RUN/registry.log"
   say "Apicurio Registry $VERSION on $URL (pid $(cat "$RUN/pid"), compatibility BACKWARD, in-memory) in $((SECONDS - t0)) s"
 }
 

@@ -31,6 +31,13 @@ if ! diff -q <(ls .cache/kafka/lib) <(ls "$root/src/.cache/kafka/lib" 2>/dev/nul
   mkdir -p "$root/src/.cache/kafka"
   cp -a .cache/kafka/lib "$root/src/.cache/kafka/"
 fi
+# The Schema Registry's distribution (the registry tests start it) likewise, from this checkout's cache.
+scripts/registry.sh fetch
+if ! diff -q <(ls .cache/registry) <(ls "$root/src/.cache/registry" 2>/dev/null) >/dev/null; then
+  rm -rf "$root/src/.cache/registry"
+  mkdir -p "$root/src/.cache"
+  cp -a .cache/registry "$root/src/.cache/"
+fi
 [[ ${1:-} == --prepare ]] && exit 0
 report=()
 [[ -n ${VITEST_JSON:-} ]] && report=(VITEST_JSON=/src/.run/root-vitest.json)

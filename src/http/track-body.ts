@@ -68,7 +68,7 @@ let fields: ReturnType<typeof valueFields> | null = null;
 function decodeBytes(bytes: Uint8Array, limits: BodyLimits, framing: RegistryFraming | null): EncodedPoints | BodyRefusal {
   // A body of valid points, as nearly every request is, goes from bytes to messages in one pass; so
   // does one whose points are read whole and refused.
-  const direct = (framing === null ? singlePass : singlePassFor(framing))(bytes, limits.maxPoints);
+  const direct = framing === null ? singlePass(bytes, limits.maxPoints) : singlePassFor(framing.format)(bytes, limits.maxPoints, framing);
   if (direct !== null) return 'details' in direct ? invalidPoints(direct, direct.count) : direct;
 
   // Buffer#toString would replace invalid sequences with U+FFFD and let them through; refuse instead.

@@ -19,6 +19,7 @@ import { buildOpenApi } from '../api/openapi.js';
 import { transactionalId, type Config } from '../config.js';
 import { HttpServer } from '../http/server.js';
 import { warmUpTrackBody } from '../http/track-body-warm-up.js';
+import { registryFraming } from '../track-point/registry-encode.js';
 import { diskFiles } from '../journal/files.js';
 import { Journal, JournalError } from '../journal/journal.js';
 import { journalIdentity } from '../journal/journal-id.js';
@@ -57,7 +58,12 @@ export async function runWorker(config: Config): Promise<void> {
   // POST /track's decoding compiled for refused bodies as well as valid ones (track-body-warm-up.ts
   // says why): first, before anything of the worker runs in the background (a standby, too, so that
   // it takes a slot over warm). It blocks the thread for 70 to 150 ms.
-  const warmUpMs = warmUpTrackBody({ maxBodyBytes: config.maxBodyBytes, maxPoints: config.maxPoints });
+  // A registry MQ_VALUE_FORMAT's decoding is warmed up here too, with a schema id of 0: its single
+  // pass is compiled once per format, whatever the id (single-pass.ts, singlePassFor). Warmed up
+  // later, once the id was known, it left a request at 1 point about 5 % dearer than JSON's
+  // (bench/HISTORY.md, 2026-12-07, "Schema Registry value formats").
+  const warmUpFraming = config.schemaRegistry === null ? null : registryFraming(config.schemaRegistry.format, 0);
+  const warmUpMs = warmUpTrackBody({ maxBodyBytes: config.maxBodyBytes, maxPoints: config.maxPoints }, warmUpFraming);
   log.debug({ warmUpMs: Math.round(warmUpMs) }, 'POST /track decoding warmed up');
 
   const slot = workerSlot() ?? (await standBy(log));
@@ -172,20 +178,11 @@ export async function runWorker(config: Config): Promise<void> {
   const registration =
     config.schemaRegistry === null
       ? null
-      : new SchemaRegistration(
-          config.schemaRegistry,
-          log,
-          (message) => {
-            log.fatal({ registry: config.schemaRegistry?.url }, message);
-            process.stderr.write(`configuration error: MQ_VALUE_FORMAT: ${message}\n`);
-            process.exit(EXIT.CONFIG);
-          },
-          (framing) => {
-            // The single pass of this format is compiled for refused bodies too, as the JSON one was above.
-            const ms = warmUpTrackBody({ maxBodyBytes: config.maxBodyBytes, maxPoints: config.maxPoints }, framing);
-            log.debug({ warmUpMs: Math.round(ms), format: framing.format }, 'POST /track decoding warmed up for the value format');
-          },
-        );
+      : new SchemaRegistration(config.schemaRegistry, log, (message) => {
+          log.fatal({ registry: config.schemaRegistry?.url }, message);
+          process.stderr.write(`configuration error: MQ_VALUE_FORMAT: ${message}\n`);
+          process.exit(EXIT.CONFIG);
+        });
   registration?.start();
   const refused =
     config.refused === null || refusedProducer === null

@@ -31,8 +31,6 @@ export class SchemaRegistration {
     private readonly log: Logger,
     /** The registry refused the schema: the message says what to do. */
     private readonly onRefused: (message: string) => void,
-    /** The id is known: called before any value is framed with it. */
-    private readonly onRegistered: (framing: RegistryFraming) => void = () => undefined,
   ) {
     this.client = new RegistryClient(registry);
     this.reason = `registering the ${registry.format} schema under subject ${registry.subject} at the Schema Registry ${registry.url}`;
@@ -61,9 +59,7 @@ export class SchemaRegistration {
     try {
       const registered = await this.client.register(schemaText(format), SCHEMA_TYPE[format]);
       if ('id' in registered) {
-        const framing = registryFraming(format, registered.id);
-        this.onRegistered(framing);
-        this.framing = framing;
+        this.framing = registryFraming(format, registered.id);
         this.reason = '';
         this.log.info({ format, subject, schemaId: registered.id, registry: url }, 'value schema registered');
         return this.settle();

@@ -22,6 +22,7 @@ import { scratchBytes, scratchOffsets, type EncodedPoints } from './encode.js';
 import { fieldLayout } from './field-layout.js';
 import { compileReadAsWritten } from './read-as-written.js';
 import { registryOverhead, writeDoubleField, writeLength, type RegistryFraming } from './registry-encode.js';
+import type { RegistryFormat } from './registry-schemas.js';
 import { skipScalar } from './skip-scalar.js';
 import { refusedValues, TrackPointSchema, type RefusedValue, type TrackPoint, type ValidationResult } from './schema.js';
 
@@ -89,18 +90,19 @@ function isDigit(c: number | undefined): boolean {
 
 /**
  * Compiles the single pass for an object schema of strings and numbers, keyed by the string field
- * keyField. `framing`: the values in that Schema Registry format (registry-encode.ts), else JSON.
+ * keyField. `format`: the values in that Schema Registry format (registry-encode.ts), each call given
+ * the framing (its schema id) to write; else JSON.
  */
 export function compileSinglePass(
   schema: z.ZodObject,
   keyField: string,
-  options: { generate: boolean; framing?: RegistryFraming } = { generate: true },
-): (body: Uint8Array, maxPoints: number) => EncodedPoints | RefusedPoints | null {
+  options: { generate: boolean; format?: RegistryFormat } = { generate: true },
+): (body: Uint8Array, maxPoints: number, framing?: RegistryFraming) => EncodedPoints | RefusedPoints | null {
   const { count, keyIndex, keys, names, isString, accepts, acceptsAscii, prefixes, defaults, defaultValues, required, all, fixedBytes } = fieldLayout(
     schema,
     keyField,
   );
-  const framing = options.framing ?? null;
+  const format = options.format ?? null;
 
   // Where each field of the current point sits in the body. A string: [start, end). A number: its
   // sign, integer digits [start, end) ("0" as an empty range), and `decimals` significant decimals
@@ -310,9 +312,10 @@ export function compileSinglePass(
     }
     return p;
   }
-  const framedBytes = framing === null ? 0 : registryOverhead(count) + (framing.format === 'json-schema' ? fixedBytes : 0);
+  const framedBytes = format === null ? 0 : registryOverhead(count) + (format === 'json-schema' ? fixedBytes : 0);
 
-  return function singlePass(body: Uint8Array, maxPoints: number): EncodedPoints | RefusedPoints | null {
+  // `framing`: of `format` (singlePassFor keeps them together); absent for JSON.
+  return function singlePass(body: Uint8Array, maxPoints: number, framing?: RegistryFraming): EncodedPoints | RefusedPoints | null {
     // A plain Uint8Array whatever the caller has (a Buffer, a view of uWebSockets.js' memory): one
     // shape at every byte read, and subarray() without Buffer's constructor.
     const b = new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
@@ -384,7 +387,7 @@ export function compileSinglePass(
         const m = 4 * points;
         let keyStart = start[keyIndex] as number;
         let keyEnd = end[keyIndex] as number;
-        if (framing !== null) {
+        if (framing !== undefined) {
           // A registry format: the value written anew, its key after it (the id's bytes; printable
           // ASCII, no escape: its UTF-8 as it stands). Nothing of the body is copied besides.
           out = scratchBytes(p, framedBytes + 2 * (i - objectStart));
@@ -435,7 +438,7 @@ export function compileSinglePass(
       return invalid === null ? null : { ok: false, invalidPoints: invalid.invalidPoints, details: invalid.details, count: points };
     }
     // A registry format's data is all written: a plain view of the scratch (no Buffer's constructor).
-    const data = out === null ? b : framing === null ? out.subarray(0, p) : new Uint8Array(out.buffer, out.byteOffset, p);
+    const data = out === null ? b : framing === undefined ? out.subarray(0, p) : new Uint8Array(out.buffer, out.byteOffset, p);
     return { count: points, data, messages: scratchOffsets(points).subarray(0, 4 * points), bytes, largestValue };
   };
 }
@@ -443,15 +446,18 @@ export function compileSinglePass(
 /** The track-point schema's: a body's messages, validatePoints' answer for a body refused, or null (the general path). */
 export const singlePass = compileSinglePass(TrackPointSchema, 'container_id' satisfies keyof TrackPoint);
 
-const framedPasses = new WeakMap<RegistryFraming, typeof singlePass>();
+const framedPasses = new Map<RegistryFormat, typeof singlePass>();
 
-/** The track-point schema's single pass writing values in a registry format (compiled once per framing), or JSON's for null. */
-export function singlePassFor(framing: RegistryFraming | null): typeof singlePass {
-  if (framing === null) return singlePass;
-  let pass = framedPasses.get(framing);
+/**
+ * The track-point schema's single pass writing values in a registry format, compiled once per
+ * format (whatever the schema id: the warm-up at start trains the code that serves), or JSON's.
+ */
+export function singlePassFor(format: RegistryFormat | null): typeof singlePass {
+  if (format === null) return singlePass;
+  let pass = framedPasses.get(format);
   if (pass === undefined) {
-    pass = compileSinglePass(TrackPointSchema, 'container_id' satisfies keyof TrackPoint, { generate: true, framing });
-    framedPasses.set(framing, pass);
+    pass = compileSinglePass(TrackPointSchema, 'container_id' satisfies keyof TrackPoint, { generate: true, format });
+    framedPasses.set(format, pass);
   }
   return pass;
 }

@@ -62,7 +62,8 @@ function requestsOf(prefix: string): { body: Buffer; gzip: boolean; points: Reco
 describe('Schema Registry value formats', () => {
   beforeAll(async () => {
     const port = await freePort();
-    const dir = journalDir();
+    // Its pid file where CI looks for a registry left running (.ci/run).
+    const dir = join(REPO_ROOT, '.run/registry-test');
     registryEnv = { ...process.env, REGISTRY_PORT: String(port), REGISTRY_MANAGEMENT_PORT: String(await freePort()), REGISTRY_RUN: dir };
     registryUrl = `http://127.0.0.1:${port}/apis/ccompat/v7`;
     await registry('start');

@@ -227,7 +227,7 @@ describe('the single pass', () => {
     "in %s: takes the bodies it takes in JSON, with the general path's registry messages byte for byte, and refuses the same",
     (format) => {
       const framing = registryFraming(format, 0x01020304);
-      const framed = compileSinglePass(TrackPointSchema, 'container_id', { generate: true, framing });
+      const framed = compileSinglePass(TrackPointSchema, 'container_id', { generate: true, format });
       let taken = 0;
       fc.assert(
         fc.property(
@@ -239,7 +239,7 @@ describe('the single pass', () => {
             const json = snapshot(encodeValidBody(b, MAX_POINTS));
             const jsonRefusal = refusal(singlePass(b, MAX_POINTS));
             const reference = snapshot(generalFramed(b, MAX_POINTS, framing));
-            const result = framed(b, MAX_POINTS);
+            const result = framed(b, MAX_POINTS, framing);
             const got = snapshot(takenBatch(result));
             expect(got === null).toBe(json === null);
             expect(refusal(result)).toStrictEqual(jsonRefusal);
