@@ -24,6 +24,9 @@ const SECOND_BROKER = [
   'test/faults/delivered-mode.test.ts',
   'test/faults/failing-disk.test.ts',
 ];
+// The Schema Registry's tests start a registry (a JVM) of their own: make test runs them first in the
+// second lane, on its broker before its faults, which had room for them where the main lane had none.
+const REGISTRY = ['test/integration/schema-registry.test.ts'];
 // The files whose timing a busy machine breaks: the gateway's Idempotency-Key waits 50 ms at most for
 // Redis; the event-loop delay test measures its own loop's lateness in milliseconds.
 const ALONE = ['test/integration/gateway.test.ts', 'test/unit/metrics/event-loop-delay.test.ts'];
@@ -31,7 +34,7 @@ const ALONE = ['test/integration/gateway.test.ts', 'test/unit/metrics/event-loop
 // The unit tests: no broker. Their own project, so that a lane can take them beside its fault tests.
 const UNIT = ['test/unit/**/*.test.ts'];
 
-// scripts/test.sh's lanes: `cluster`, `fencing`, `unit` then `second-broker` beside `shared-broker`
+// scripts/test.sh's lanes: `cluster`, `fencing`, `unit` then `registry` and `second-broker` beside `shared-broker`
 // then `broker-faults`, and `alone` after both. One vitest run of them all (npx vitest run) takes the
 // groups in this order, one after the other. The orders start at 1: vitest runs a one-worker project
 // of order 0 last.
@@ -47,7 +50,7 @@ export default defineConfig({
           ...shared,
           name: 'shared-broker',
           include: ['test/**/*.test.ts'],
-          exclude: [...UNIT, ...BROKER_FAULTS, ...ALONE],
+          exclude: [...UNIT, ...BROKER_FAULTS, ...ALONE, ...REGISTRY],
           maxWorkers: sharedWorkers,
           fileParallelism: sharedWorkers > 1,
           sequence: { groupOrder: 1 },
@@ -77,6 +80,8 @@ export default defineConfig({
           sequence: { groupOrder: 5 },
         },
       },
+      // Order 5, with the unit tests: before second-broker's faults in its lane, beside the unit tests in make test-fast's.
+      { test: { ...shared, name: 'registry', include: REGISTRY, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 5 } } },
       { test: { ...shared, name: 'second-broker', include: SECOND_BROKER, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 6 } } },
       { test: { ...shared, name: 'alone', include: ALONE, maxWorkers: 1, fileParallelism: false, sequence: { groupOrder: 7 } } },
     ],

@@ -2,8 +2,9 @@
 # `make test`: every test against real Kafka brokers (see with-broker.sh), in two lanes at once:
 #   cluster  the fault tests that bring up brokers of their own (the 3-broker cluster, the fencing
 #            broker) and kill or freeze them, one file at a time; the unit tests, which use none; then
-#            the journal's and ACK_MODE=delivered's fault tests on a second local broker (127.0.0.1:9492,
-#            .run/kafka-second), started for them and stopped after them: that balances the two lanes
+#            the Schema Registry's tests (a registry of their own), then the journal's and ACK_MODE=delivered's
+#            fault tests, on a second local broker (127.0.0.1:9492, .run/kafka-second), started for them and
+#            stopped after them: that balances the two lanes
 #   main     the service's other files, on the local broker, one at a time: those that leave it
 #            alone, then those that freeze or stop it
 # They share no broker, so neither lane's faults reach the other's tests. Then, once both are done:
@@ -72,7 +73,7 @@ if [[ ${1:-} == --lanes ]]; then
     lane cluster --project cluster --project fencing --project unit || code=$?
     export "${second_broker[@]}" MQ_BROKERS=127.0.0.1:9492
     scripts/kafka.sh start 2>&1 | sed -u 's/^/second | /'
-    lane second --project second-broker || code=$?
+    lane second --project registry --project second-broker || code=$?
     scripts/kafka.sh stop 2>&1 | sed -u 's/^/second | /'
     exit "$code"
   ) &
@@ -91,7 +92,7 @@ if [[ ${1:-} == --fast-lanes ]]; then
   (
     export "${shared_broker[@]}" MQ_BROKERS=127.0.0.1:9392 TEST_SHARED_WORKERS=2 POWER_CUT_WORKLOADS=${POWER_CUT_WORKLOADS:-20}
     scripts/kafka.sh start 2>&1 | sed -u 's/^/shared | /'
-    lane shared --project shared-broker --project unit
+    lane shared --project shared-broker --project unit --project registry
   ) &
   finish_lanes "$faults" $! faults shared
 fi

@@ -73,7 +73,8 @@ describe('Schema Registry value formats', () => {
     await registry('stop');
   });
 
-  it.each(['avro', 'protobuf', 'json-schema'] as const)(
+  // The three at once: each on a topic and a service of its own.
+  it.concurrent.each(['avro', 'protobuf', 'json-schema'] as const)(
     '%s: every accepted point is read back by Confluent’s deserializer with its five fields, the key and the schema id as registered',
     { timeout: 90_000 },
     async (format) => {
