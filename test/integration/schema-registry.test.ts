@@ -73,11 +73,12 @@ describe('Schema Registry value formats', () => {
     await registry('stop');
   });
 
-  // The three at once: each on a topic and a service of its own.
-  it.concurrent.each(['avro', 'protobuf', 'json-schema'] as const)(
+  // The three at once: each on a topic and a service of its own, each asserting with its own `expect`
+  // (a concurrent test's failure is then its own, not a neighbour's).
+  it.concurrent.for(['avro', 'protobuf', 'json-schema'] as const)(
     '%s: every accepted point is read back by Confluent’s deserializer with its five fields, the key and the schema id as registered',
     { timeout: 90_000 },
-    async (format) => {
+    async (format, { expect }) => {
       const topic = await createTopic(uniqueTopic(`registry-${format}`), 3);
       // The record strategy for one format: its subject is the record's full name.
       const strategy = format === 'protobuf' ? 'record' : 'topic';
