@@ -61,7 +61,8 @@ export function warmUpBodies(): { bytes: Uint8Array; gzipped: boolean }[] {
 
 /**
  * Decodes each kind of body ROUNDS times, and makes each refusal's answer; returns the milliseconds
- * it took. `framing`: a registry format's single pass, compiled once its schema id is known.
+ * it took. `framing`: a registry format's (its schema id does not matter: the single pass is compiled
+ * per format, single-pass.ts).
  */
 export function warmUpTrackBody(limits: BodyLimits, framing: RegistryFraming | null = null): number {
   const started = performance.now();

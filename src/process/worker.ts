@@ -59,9 +59,9 @@ export async function runWorker(config: Config): Promise<void> {
   // says why): first, before anything of the worker runs in the background (a standby, too, so that
   // it takes a slot over warm). It blocks the thread for 70 to 150 ms.
   // A registry MQ_VALUE_FORMAT's decoding is warmed up here too, with a schema id of 0: its single
-  // pass is compiled once per format, whatever the id (single-pass.ts, singlePassFor). Warmed up
-  // later, once the id was known, it left a request at 1 point about 5 % dearer than JSON's
-  // (bench/HISTORY.md, 2026-12-07, "Schema Registry value formats").
+  // pass is compiled once per format, whatever the id (single-pass.ts, singlePassFor). A second
+  // warm-up later, once the id was known, left every request at 1 point about 4 % dearer in steady
+  // state (bench/HISTORY.md, "2026-12-07, later: Schema Registry value formats").
   const warmUpFraming = config.schemaRegistry === null ? null : registryFraming(config.schemaRegistry.format, 0);
   const warmUpMs = warmUpTrackBody({ maxBodyBytes: config.maxBodyBytes, maxPoints: config.maxPoints }, warmUpFraming);
   log.debug({ warmUpMs: Math.round(warmUpMs) }, 'POST /track decoding warmed up');
