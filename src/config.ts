@@ -3,6 +3,7 @@
 // The README's configuration table mirrors DEFAULTS and the descriptions below. What `auto` means
 // for WORKERS and WORKER_MALLOC is resolved here too (host-resources.ts reads the host), so that the
 // process model forks with settled values.
+import { accessSync, constants } from 'node:fs';
 import { hostname } from 'node:os';
 import { z } from 'zod';
 import { JEMALLOC_PATHS, usableCpus, workerMalloc, type MallocChoice, type WorkerMalloc } from './host-resources.js';
@@ -380,6 +381,13 @@ function schemaRegistryOf(
     );
   if ((e.SCHEMA_REGISTRY_USER === '') !== (e.SCHEMA_REGISTRY_PASSWORD === ''))
     throw new ConfigError('SCHEMA_REGISTRY_PASSWORD', 'basic authentication needs both SCHEMA_REGISTRY_USER and SCHEMA_REGISTRY_PASSWORD');
+  if (e.SCHEMA_REGISTRY_CA !== '') {
+    try {
+      accessSync(e.SCHEMA_REGISTRY_CA, constants.R_OK);
+    } catch (err) {
+      throw new ConfigError('SCHEMA_REGISTRY_CA', `cannot read the CA file ${e.SCHEMA_REGISTRY_CA}: ${(err as Error).message}`);
+    }
+  }
   const authorization =
     e.SCHEMA_REGISTRY_TOKEN !== ''
       ? `Bearer ${e.SCHEMA_REGISTRY_TOKEN}`

@@ -110,6 +110,7 @@ describe('configuration', () => {
       'SCHEMA_REGISTRY_TOKEN',
     ],
     [{ MQ_VALUE_FORMAT: 'avro', SCHEMA_REGISTRY_URL: 'http://r', SCHEMA_SUBJECT_STRATEGY: 'topic-record' }, 'SCHEMA_SUBJECT_STRATEGY'],
+    [{ MQ_VALUE_FORMAT: 'avro', SCHEMA_REGISTRY_URL: 'https://r', SCHEMA_REGISTRY_CA: '/nonexistent/ca.pem' }, 'SCHEMA_REGISTRY_CA'],
   ])('refuses the registry settings %j, naming %s', (env, variable) => {
     expect(() => loadConfig(env)).toThrow(expect.objectContaining({ variable }));
   });
