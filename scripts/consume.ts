@@ -5,7 +5,7 @@
 // (MQ_VALUE_FORMAT=json: scripts/kafka.sh consume, Kafka's own console consumer.)
 import Kafka from '@confluentinc/kafka-javascript';
 import { loadConfig } from '../src/config.js';
-import { registryDecoder } from '../support/registry-decode.js';
+import { registryDecoder } from './registry-decode.js';
 
 const env = process.env;
 const local = 'http://127.0.0.1:8081/apis/ccompat/v7';

@@ -11,7 +11,7 @@ import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { consumeAll, createTopic, deleteTopic, uniqueTopic, type ConsumedMessage } from '../../support/kafka.js';
 import { freePort } from '../../support/ports.js';
-import { registryDecoder } from '../../support/registry-decode.js';
+import { registryDecoder } from '../../scripts/registry-decode.js';
 import { REPO_ROOT } from '../../support/repo-root.js';
 import { journalDir, point, postTrack, startService, until, untilJournalEmpty } from '../helpers/service.js';
 

@@ -1,5 +1,6 @@
 // Registry-format values decoded by Confluent's own deserializers (@confluentinc/schemaregistry), a
-// reader nobody here wrote: for the tests and `make consume`.
+// reader nobody here wrote: for `make consume` and the tests. In scripts/, not support/: the image's
+// build compiles scripts/ alone.
 import { AvroDeserializer, JsonDeserializer, ProtobufDeserializer, SchemaRegistryClient, SerdeType, type Client } from '@confluentinc/schemaregistry';
 
 export type RegistryFormat = 'avro' | 'protobuf' | 'json-schema';
