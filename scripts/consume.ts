@@ -29,8 +29,12 @@ while (printed < max && Date.now() - lastNew < idleMs) {
   if (batch.length > 0) lastNew = Date.now();
   for (const m of batch) {
     if (printed++ >= max) break;
-    const value = m.value === null ? null : await decode(config.topic, m.value).catch((err: Error) => `(not decoded: ${err.message})`);
-    process.stdout.write(`${m.key?.toString() ?? ''}\tpartition ${m.partition}\t${m.timestamp ?? ''}\t${JSON.stringify(value)}\n`);
+    // A value not in the wire format (written as json before the format changed) is printed as it is.
+    const value =
+      m.value === null || m.value[0] !== 0
+        ? (m.value?.toString() ?? null)
+        : await decode(config.topic, m.value).catch((err: Error) => `(not decoded: ${err.message})`);
+    process.stdout.write(`${m.key?.toString() ?? ''}\tpartition ${m.partition}\t${m.timestamp ?? ''}\t${typeof value === 'string' ? value : JSON.stringify(value)}\n`);
   }
   if (batch.length === 0) await new Promise((r) => setTimeout(r, 100));
 }

@@ -12,7 +12,7 @@ RUN_ON_LOCAL_BROKER=$([[ -z ${MQ_BROKERS:-} ]] && echo 1 || echo 0)
 export RUN_ON_LOCAL_BROKER
 started_registry=0
 if [[ ${MQ_VALUE_FORMAT:-json} != json && -z ${SCHEMA_REGISTRY_URL:-} ]]; then
-  if ! scripts/registry.sh status | grep -q running; then
+  if ! scripts/registry.sh status | grep -q '^registry.sh: running on'; then
     scripts/registry.sh start
     started_registry=1
   fi
