@@ -34,7 +34,9 @@ while (printed < max && Date.now() - lastNew < idleMs) {
       m.value === null || m.value[0] !== 0
         ? (m.value?.toString() ?? null)
         : await decode(config.topic, m.value).catch((err: Error) => `(not decoded: ${err.message})`);
-    process.stdout.write(`${m.key?.toString() ?? ''}\tpartition ${m.partition}\t${m.timestamp ?? ''}\t${typeof value === 'string' ? value : JSON.stringify(value)}\n`);
+    process.stdout.write(
+      `${m.key?.toString() ?? ''}\tpartition ${m.partition}\t${m.timestamp ?? ''}\t${typeof value === 'string' ? value : JSON.stringify(value)}\n`,
+    );
   }
   if (batch.length === 0) await new Promise((r) => setTimeout(r, 100));
 }
