@@ -13,7 +13,6 @@ import { isUtf8 } from 'node:buffer';
 import { gunzipSync } from 'node:zlib';
 import { encodePoints, type EncodedPoints } from '../track-point/encode.js';
 import { encodeRegistryPoints, type RegistryFraming } from '../track-point/registry-encode.js';
-import { valueFields } from '../track-point/registry-schemas.js';
 import { validatePoints, type PointIssue, type ValidationResult } from '../track-point/schema.js';
 import { singlePass, singlePassFor } from '../track-point/single-pass.js';
 
@@ -61,9 +60,6 @@ export function decodeTrackBody(raw: Uint8Array, gzipped: boolean, limits: BodyL
   return decodeBytes(raw, limits, framing);
 }
 
-/** The value's fields, for the general path's registry encoder. */
-let fields: ReturnType<typeof valueFields> | null = null;
-
 /** decodeTrackBody, once the body is not gzip. */
 function decodeBytes(bytes: Uint8Array, limits: BodyLimits, framing: RegistryFraming | null): EncodedPoints | BodyRefusal {
   // A body of valid points, as nearly every request is, goes from bytes to messages in one pass; so
@@ -91,7 +87,7 @@ function decodeBytes(bytes: Uint8Array, limits: BodyLimits, framing: RegistryFra
 
   const result = validatePoints(parsed);
   if (!result.ok) return invalidPoints(result, count);
-  return framing === null ? encodePoints(result.points) : encodeRegistryPoints(result.points, framing, (fields ??= valueFields()));
+  return framing === null ? encodePoints(result.points) : encodeRegistryPoints(result.points, framing);
 }
 
 /** 400 validation_failed for a request of `count` points, some invalid. */

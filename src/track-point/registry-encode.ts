@@ -14,7 +14,7 @@
 // from validated points here; the single pass (single-pass.ts) writes from the body's bytes with the
 // same helpers.
 import { encodePoints, scratchBytes, scratchOffsets, writeKey, type EncodedPoints } from './encode.js';
-import type { RegistryFormat, ValueField } from './registry-schemas.js';
+import { valueFields, type RegistryFormat, type ValueField } from './registry-schemas.js';
 import type { TrackPoint } from './schema.js';
 
 /** A registry format and its schema id: what every value of this worker starts with. */
@@ -37,17 +37,12 @@ export function registryFraming(format: RegistryFormat, schemaId: number): Regis
   return { format, header };
 }
 
-/** The schema id a value was written with (what a reader looks up), or -1 when it is no registry value. */
-export function schemaIdOf(value: Uint8Array): number {
-  return value.length >= 5 && value[0] === 0 ? new DataView(value.buffer, value.byteOffset).getUint32(1) : -1;
-}
-
 const f64 = new Float64Array(1);
 const f64Bytes = new Uint8Array(f64.buffer);
 const littleEndian = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 /** A double's 8 bytes, little-endian (Avro's and Protobuf's order). */
-export function writeDouble(o: Uint8Array, p: number, x: number): number {
+function writeDouble(o: Uint8Array, p: number, x: number): number {
   f64[0] = x;
   if (littleEndian) for (let k = 0; k < 8; k++) o[p + k] = f64Bytes[k] as number;
   else for (let k = 0; k < 8; k++) o[p + k] = f64Bytes[7 - k] as number;
@@ -55,7 +50,7 @@ export function writeDouble(o: Uint8Array, p: number, x: number): number {
 }
 
 /** An unsigned varint (Protobuf's lengths and tags). */
-export function writeVarint(o: Uint8Array, p: number, n: number): number {
+function writeVarint(o: Uint8Array, p: number, n: number): number {
   while (n >= 0x80) {
     o[p++] = (n & 0x7f) | 0x80;
     n >>>= 7;
@@ -82,12 +77,16 @@ export function registryOverhead(fields: number): number {
   return 6 + 14 * fields;
 }
 
+/** The value's fields in the schema's order, read from the zod schema on the general path's first use. */
+let valueFieldsOnce: readonly ValueField[] | null = null;
+
 /**
  * The general path's encoder: the validated points' messages in a registry format, laid out as
  * encode.ts lays out JSON (values, then keys, in the scratch buffer the next request overwrites).
  */
-export function encodeRegistryPoints(points: readonly TrackPoint[], framing: RegistryFraming, fields: readonly ValueField[]): EncodedPoints {
+export function encodeRegistryPoints(points: readonly TrackPoint[], framing: RegistryFraming): EncodedPoints {
   if (framing.format === 'json-schema') return frameJson(encodePoints(points), framing.header);
+  const fields = (valueFieldsOnce ??= valueFields());
   const { format, header } = framing;
   const count = points.length;
   const messages = scratchOffsets(count).subarray(0, 4 * count);

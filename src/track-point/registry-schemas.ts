@@ -12,6 +12,8 @@ import { TrackPointSchema } from './schema.js';
 export const SCHEMA_NAMESPACE = 'telemetry';
 export const SCHEMA_NAME = 'TrackPoint';
 export const SCHEMA_FULL_NAME = `${SCHEMA_NAMESPACE}.${SCHEMA_NAME}`;
+/** The record's description in every format. */
+const SCHEMA_DOC = 'One GPS point of a shipping container.';
 
 export type RegistryFormat = 'avro' | 'protobuf' | 'json-schema';
 
@@ -52,21 +54,19 @@ export function valueFields(schema: z.ZodObject = TrackPointSchema): ValueField[
 /** The Avro schema (.avsc): a record of the fields, speed with its default so that it may be added to or dropped by a reader. */
 export function avroSchema(): string {
   const fields = valueFields().map((f) => ({ name: f.name, type: f.type, doc: f.description, ...(f.default === undefined ? {} : { default: f.default }) }));
-  return (
-    JSON.stringify({ type: 'record', name: SCHEMA_NAME, namespace: SCHEMA_NAMESPACE, doc: 'One GPS point of a shipping container.', fields }, null, 2) + '\n'
-  );
+  return JSON.stringify({ type: 'record', name: SCHEMA_NAME, namespace: SCHEMA_NAMESPACE, doc: SCHEMA_DOC, fields }, null, 2) + '\n';
 }
 
 /** The Protobuf schema (.proto, proto3): one message, field numbers in the schema's order from 1. */
 export function protobufSchema(): string {
   const fields = valueFields().map((f, i) => `  // ${f.description}\n  ${f.type} ${f.name} = ${i + 1};`);
-  return `syntax = "proto3";\n\npackage ${SCHEMA_NAMESPACE};\n\n// One GPS point of a shipping container.\nmessage ${SCHEMA_NAME} {\n${fields.join('\n')}\n}\n`;
+  return `syntax = "proto3";\n\npackage ${SCHEMA_NAMESPACE};\n\n// ${SCHEMA_DOC}\nmessage ${SCHEMA_NAME} {\n${fields.join('\n')}\n}\n`;
 }
 
 /** The JSON Schema (draft 2020-12) of the value as written: zod's output, every field required. */
 export function jsonSchema(): string {
   const schema = z.toJSONSchema(TrackPointSchema, { io: 'output', target: 'draft-2020-12' });
-  return JSON.stringify({ ...schema, title: SCHEMA_FULL_NAME, description: 'One GPS point of a shipping container.' }, null, 2) + '\n';
+  return JSON.stringify({ ...schema, title: SCHEMA_FULL_NAME, description: SCHEMA_DOC }, null, 2) + '\n';
 }
 
 /** The schema text the registry is given for a format. */

@@ -11,7 +11,7 @@ import { messagesOf } from '../../../support/messages.js';
 import { MAX_ERROR_DETAILS, TrackPointSchema, validatePoints } from '../../../src/track-point/schema.js';
 import { compileSinglePass, singlePass, type RefusedPoints } from '../../../src/track-point/single-pass.js';
 import { encodeRegistryPoints, registryFraming, type RegistryFraming } from '../../../src/track-point/registry-encode.js';
-import { valueFields, type RegistryFormat } from '../../../src/track-point/registry-schemas.js';
+import type { RegistryFormat } from '../../../src/track-point/registry-schemas.js';
 
 const MAX_POINTS = 6;
 
@@ -37,7 +37,7 @@ function generalFramed(body: Buffer, maxPoints: number, framing: RegistryFraming
   const result = general(body, maxPoints);
   if (result === null || 'details' in result) return null;
   const points = validatePoints(JSON.parse(body.toString('utf8')) as unknown[]);
-  return points.ok ? encodeRegistryPoints(points.points, framing, valueFields()) : null;
+  return points.ok ? encodeRegistryPoints(points.points, framing) : null;
 }
 
 /** The single pass's answer: its messages as plain data, or its refusal. */
