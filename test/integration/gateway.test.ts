@@ -252,10 +252,10 @@ describe('the service behind the reference gateway', () => {
  * request per sync interval, so the limit holds within its stated bound (what the other instance
  * admitted since this one's last sync: at most one request here).
  */
-async function paced(gateways: Gateway[], apiKey: string, n: number, gapMs: number): Promise<Answer[]> {
+async function paced(gateways: Gateway[], apiKey: string, n: number, gapMs: number, headers: Record<string, string> = {}): Promise<Answer[]> {
   const answers: Answer[] = [];
   for (let i = 0; i < n; i++) {
-    answers.push(await send(gateways[i % gateways.length]!.url, { body: '[]', headers: json(apiKey) }));
+    answers.push(await send(gateways[i % gateways.length]!.url, { body: '[]', headers: json(apiKey, headers) }));
     await new Promise((r) => setTimeout(r, gapMs));
   }
   return answers;
@@ -495,6 +495,21 @@ describe('rate limit, counted locally and shared through Redis', () => {
     expect(accepted).toBeGreaterThanOrEqual(RATE_LIMIT);
     expect(accepted).toBeLessThanOrEqual(RATE_LIMIT + 2);
     expect(tally(answers)[429]).toBe(30 - accepted);
+  });
+
+  it("the nginx workers of one instance share its limit (one of them syncs the instance's counts with Redis)", async () => {
+    const gw = await startGateway({ upstream: `127.0.0.1:${svc.port}`, env: { GATEWAY_WORKERS: '2' }, redisUrl: gwA.redisUrl });
+    try {
+      const key = await newKey();
+      await startOfSecond();
+      // A new connection for each request, so that both workers take some: 30 within about 0.6 s.
+      const answers = await paced([gw], key, 30, 15, { connection: 'close' });
+      const accepted = tally(answers)[202] ?? 0;
+      expect(accepted).toBeGreaterThanOrEqual(RATE_LIMIT);
+      expect(accepted).toBeLessThanOrEqual(RATE_LIMIT + 2);
+    } finally {
+      await gw.stop();
+    }
   });
 
   it('counts every request in Redis with GATEWAY_RATE_LIMIT_SYNC_MS=0: exact across instances, even in a burst', async () => {

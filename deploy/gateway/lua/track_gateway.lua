@@ -14,16 +14,17 @@
 -- Rate limit: per client (its key, with the key's own limit, else GATEWAY_RATE_LIMIT; or its address),
 -- requests per second in fixed one-second windows, counted in Redis (rl:<client>:<unix second>), which
 -- every gateway instance shares. With GATEWAY_RATE_LIMIT_SYNC_MS > 0 (the default, 10) each nginx
--- worker counts locally and adds its counts to Redis every that many milliseconds, reading back the
--- total of every instance: no Redis round trip on the request path. A worker admits while the total it
--- last read plus what it admitted since is under the limit, so the limit is exact within a worker; across
--- workers and instances each worker over-admits at most what the others admitted within one sync
--- interval (what it has not read back yet): in all, (workers - 1) x one interval's traffic at most.
+-- worker counts locally; every that many milliseconds it adds its counts to the instance's (the shared
+-- dict) and reads back the instance's total, and worker 0 adds the instance's new counts to Redis and
+-- reads back the other instances': no Redis round trip on the request path, one per instance and
+-- interval. A worker admits while the total it last read plus what it admitted since is under the
+-- limit, so the limit is exact within a worker; it over-admits at most what the other workers admitted
+-- within one interval and the other instances within two (what it has not read back yet).
 -- GATEWAY_RATE_LIMIT_SYNC_MS=0 counts every request in Redis as it comes (INCR, one round trip each):
 -- exact across instances, at several times the CPU.
 --
--- When Redis cannot be reached the gateway keeps serving: each instance counts on its own (an nginx
--- shared dict, common to its workers) until Redis answers again, so the limit holds per instance, N
+-- When Redis cannot be reached the gateway keeps serving: each instance counts on its own (its workers
+-- still share their counts through the dict) until Redis answers again, so the limit holds per instance, N
 -- times the limit across N instances, rather than refusing every device because a counter store is
 -- down; keys looked up before keep their last answer, a key never seen is limited by its address.
 -- Redis is tried again at most once a second meanwhile, with 50 ms timeouts; the change is logged once
@@ -231,9 +232,16 @@ end
 
 -- ---- Counting --------------------------------------------------------------------------------------
 
--- GATEWAY_RATE_LIMIT_SYNC_MS > 0: this worker's counts. windows[second][bucket] = { known, pending }:
--- known is the total Redis gave at the last sync (every instance's synced admissions), pending what
--- this worker admitted since; dirty[second] lists the buckets with something pending.
+-- GATEWAY_RATE_LIMIT_SYNC_MS > 0: each nginx worker counts on its own, with no shared memory or Redis on
+-- the request's path. windows[second][bucket] = { known, pending }: known is the instance's total as the
+-- worker last read it (every worker's published admissions, and the other instances' as Redis gave
+-- them), pending what this worker admitted since; dirty[second] lists the buckets with something
+-- pending. Every interval each worker publishes its pending counts to the shared dict, and worker 0
+-- alone adds the instance's new admissions to Redis: one round trip per instance, not per worker,
+-- which was the larger part of the gateway's CPU per request (bench/HISTORY.md).
+-- The dict's keys per bucket and second (window_keys): "a" the instance's published admissions, "s"
+-- how many of them are in Redis, "o" the other instances' admissions as Redis last told.
+local WINDOW_TTL_S = 2
 local windows = {}
 local dirty = {}
 
@@ -258,6 +266,50 @@ local function admit_batched(bucket, limit, second)
   return true
 end
 
+local key_second, keys_of_second = 0, {}
+
+--- The dict's keys of bucket's window in second: { a, o, s }, made once per second and bucket.
+local function window_keys(bucket, second)
+  if second ~= key_second then key_second, keys_of_second = second, {} end
+  local k = keys_of_second[bucket]
+  if not k then
+    local suffix = second .. ":" .. bucket
+    k = { "a:" .. suffix, "o:" .. suffix, "s:" .. suffix }
+    keys_of_second[bucket] = k
+  end
+  return k
+end
+
+--- This worker's pending counts added to the instance's, and its known totals read back. A bucket's
+--- first admissions in a second put it on the second's list, for worker 0 to send.
+local function publish(now)
+  for second in pairs(windows) do
+    if second < now then
+      windows[second] = nil
+      dirty[second] = nil
+    end
+  end
+  local buckets = dirty[now]
+  if not buckets or #buckets == 0 then return end
+  dirty[now] = {}
+  local window = windows[now]
+  for _, bucket in ipairs(buckets) do
+    local c = window[bucket]
+    local k = window_keys(bucket, now)
+    local n = dict:incr(k[1], c.pending, 0, WINDOW_TTL_S)
+    if n then
+      if n == c.pending then
+        local list = "dirty:" .. now
+        dict:lpush(list, bucket)
+        dict:expire(list, WINDOW_TTL_S)
+      end
+      c.known = n + (dict:get(k[2]) or 0)
+      c.pending = 0
+    end
+    -- Otherwise the dict is full: the count stays pending here, and is tried again next time.
+  end
+end
+
 --- While Redis cannot be reached, whether it answers again (at most once a second per instance).
 local function probe()
   if not redis_reachable() then return end
@@ -271,32 +323,43 @@ local function probe()
   redis_failed(err)
 end
 
---- Adds this worker's pending counts to Redis and reads back the totals (ngx.timer.every). While
---- Redis cannot be reached, admission counts per instance instead (admit) and this only probes.
-local function sync(premature)
-  if premature then return end
-  local now = ngx.time()
-  for second in pairs(windows) do
-    if second < now then
-      windows[second] = nil
-      dirty[second] = nil
+-- Worker 0's buckets of the current second (taken from the dict's list "dirty:<second>").
+local sync_second, sync_seen, sync_buckets = 0, {}, {}
+
+--- Adds the instance's new admissions to Redis and writes back the other instances' (worker 0).
+local function send(now)
+  if now ~= sync_second then sync_second, sync_seen, sync_buckets = now, {}, {} end
+  local list = "dirty:" .. now
+  for _ = 1, dict:llen(list) or 0 do
+    local bucket = dict:rpop(list)
+    if not bucket then break end
+    if not sync_seen[bucket] then
+      sync_seen[bucket] = true
+      sync_buckets[#sync_buckets + 1] = bucket
     end
   end
-  if dict:get("redis_degraded") then return probe() end
-  local buckets = dirty[now]
-  if not buckets or #buckets == 0 or not redis_reachable() then return end
-  dirty[now] = {}
-  local window = windows[now]
+  if #sync_buckets == 0 or not redis_reachable() then return end
+  local todo = {}
+  for _, bucket in ipairs(sync_buckets) do
+    local k = window_keys(bucket, now)
+    local a, s = dict:get(k[1]) or 0, dict:get(k[3]) or 0
+    if a > s then todo[#todo + 1] = { k = k, bucket = bucket, a = a, s = s } end
+  end
+  if #todo == 0 then return end
   local red, err = connect()
   if not red then return redis_failed(err) end
-  local sent = {}
-  red:init_pipeline(#buckets * 2)
-  for i, bucket in ipairs(buckets) do
-    local n = window[bucket].pending
-    sent[i] = n
-    local key = "rl:" .. bucket .. ":" .. now
-    red:incrby(key, n)
-    red:expire(key, 2)
+  red:init_pipeline(2 * #todo)
+  local replies = 0
+  for _, t in ipairs(todo) do
+    local key = "rl:" .. t.bucket .. ":" .. now
+    red:incrby(key, t.a - t.s)
+    replies = replies + 1
+    t.reply = replies
+    -- The window's expiry goes with the instance's first count in it.
+    if t.s == 0 then
+      red:expire(key, WINDOW_TTL_S)
+      replies = replies + 1
+    end
   end
   local results
   results, err = red:commit_pipeline()
@@ -304,22 +367,28 @@ local function sync(premature)
     red:close()
     return redis_failed(err)
   end
-  for i, bucket in ipairs(buckets) do
-    local total = results[2 * i - 1]
+  for _, t in ipairs(todo) do
+    local total = results[t.reply]
     if type(total) ~= "number" then
       red:close()
       return redis_failed("INCRBY: " .. tostring(total and total[2]))
     end
-    local c = window[bucket]
-    c.known = total
-    -- What was admitted during the round trip stays pending, for the next sync.
-    c.pending = c.pending - sent[i]
-    if c.pending > 0 then
-      local d = dirty[now]
-      d[#d + 1] = bucket
-    end
+    dict:set(t.k[3], t.a, WINDOW_TTL_S)
+    dict:set(t.k[2], total - t.a, WINDOW_TTL_S)
   end
   redis_answered(red)
+end
+
+--- Every GATEWAY_RATE_LIMIT_SYNC_MS (ngx.timer.every). While Redis cannot be reached, the instance
+--- counts on its own (the other instances' counts are not renewed, and expire with their second) and
+--- worker 0 only probes.
+local function sync(premature)
+  if premature then return end
+  local now = ngx.time()
+  publish(now)
+  if ngx.worker.id() ~= 0 then return end
+  if dict:get("redis_degraded") then return probe() end
+  send(now)
 end
 
 --- GATEWAY_RATE_LIMIT_SYNC_MS = 0: this request counted in Redis, or nil and why not.
@@ -335,7 +404,7 @@ local function count_in_redis(key)
   -- The window's first request sets its expiry; the others cost one round trip, not two.
   if n == 1 then
     local ok
-    ok, err = red:expire(key, 2)
+    ok, err = red:expire(key, WINDOW_TTL_S)
     if not ok then red:close() return nil, "EXPIRE: " .. tostring(err) end
   end
   redis_answered(red)
@@ -344,15 +413,14 @@ end
 
 local function admit(bucket, limit)
   local second = ngx.time()
-  local degraded = dict:get("redis_degraded")
-  if not degraded and sync_s > 0 then return admit_batched(bucket, limit, second) end
-  if not degraded or redis_reachable() then
+  if sync_s > 0 then return admit_batched(bucket, limit, second) end
+  if redis_reachable() then
     local n, err = count_in_redis("rl:" .. bucket .. ":" .. second)
     if n then return n <= limit end
     redis_failed(err)
   end
   -- incr with an initial value and a time to live: the window's counter of this instance.
-  return (dict:incr(bucket .. ":" .. second, 1, 0, 2) or 0) <= limit
+  return (dict:incr(bucket .. ":" .. second, 1, 0, WINDOW_TTL_S) or 0) <= limit
 end
 
 function M.init_worker()
