@@ -19,7 +19,7 @@
 -- reads back the other instances': no Redis round trip on the request path, one per instance and
 -- interval. A worker admits while the total it last read plus what it admitted since is under the
 -- limit, so the limit is exact within a worker; it over-admits at most what the other workers admitted
--- within one interval and the other instances within two (what it has not read back yet).
+-- within the last two intervals and the other instances within three (what it has not read back yet).
 -- GATEWAY_RATE_LIMIT_SYNC_MS=0 counts every request in Redis as it comes (INCR, one round trip each):
 -- exact across instances, at several times the CPU.
 --
