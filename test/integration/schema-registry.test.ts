@@ -167,8 +167,8 @@ describe('Schema Registry value formats', () => {
       const accepted: Record<string, unknown>[] = [];
       let seq = 0;
       // Three kills, each process started on the journal the previous one left: a point is produced twice
-      // only when a kill falls between Kafka's write and the journal's mark, which one kill missed in about
-      // one run of eight.
+      // only when a kill falls between Kafka's write and the journal's mark, which a single kill can miss
+      // (bench/HISTORY.md, 2026-12-07, third session).
       for (let kill = 0; kill < 3; kill++) {
         const svc = await startService(env, { ownProcessGroup: true });
         // Eight connections, each sending requests of ten points with ids of their own, until the kill.
