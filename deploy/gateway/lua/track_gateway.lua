@@ -232,13 +232,11 @@ end
 
 -- ---- Counting --------------------------------------------------------------------------------------
 
--- GATEWAY_RATE_LIMIT_SYNC_MS > 0: each nginx worker counts on its own, with no shared memory or Redis on
--- the request's path. windows[second][bucket] = { known, pending }: known is the instance's total as the
--- worker last read it (every worker's published admissions, and the other instances' as Redis gave
--- them), pending what this worker admitted since; dirty[second] lists the buckets with something
--- pending. Every interval each worker publishes its pending counts to the shared dict, and worker 0
--- alone adds the instance's new admissions to Redis: one round trip per instance, not per worker,
--- which was the larger part of the gateway's CPU per request (bench/HISTORY.md).
+-- GATEWAY_RATE_LIMIT_SYNC_MS > 0 (the file's header says how): windows[second][bucket] = { known,
+-- pending }: known is the instance's total as this worker last read it (every worker's published
+-- admissions, and the other instances' as Redis gave them), pending what this worker admitted since;
+-- dirty[second] lists the buckets with something pending. Redis is sent to by worker 0 alone: a round
+-- trip per worker was the larger part of the gateway's CPU per request (bench/HISTORY.md).
 -- The dict's keys per bucket and second (window_keys): "a" the instance's published admissions, "s"
 -- how many of them are in Redis, "o" the other instances' admissions as Redis last told.
 local WINDOW_TTL_S = 2
@@ -323,24 +321,21 @@ local function probe()
   redis_failed(err)
 end
 
--- Worker 0's buckets of the current second (taken from the dict's list "dirty:<second>").
-local sync_second, sync_seen, sync_buckets = 0, {}, {}
+-- Worker 0's buckets of the current second, a set (taken from the dict's list "dirty:<second>").
+local sync_second, sync_buckets = 0, {}
 
 --- Adds the instance's new admissions to Redis and writes back the other instances' (worker 0).
 local function send(now)
-  if now ~= sync_second then sync_second, sync_seen, sync_buckets = now, {}, {} end
+  if now ~= sync_second then sync_second, sync_buckets = now, {} end
   local list = "dirty:" .. now
-  for _ = 1, dict:llen(list) or 0 do
-    local bucket = dict:rpop(list)
-    if not bucket then break end
-    if not sync_seen[bucket] then
-      sync_seen[bucket] = true
-      sync_buckets[#sync_buckets + 1] = bucket
-    end
+  local bucket = dict:rpop(list)
+  while bucket do
+    sync_buckets[bucket] = true
+    bucket = dict:rpop(list)
   end
-  if #sync_buckets == 0 or not redis_reachable() then return end
+  if next(sync_buckets) == nil or not redis_reachable() then return end
   local todo = {}
-  for _, bucket in ipairs(sync_buckets) do
+  for bucket in pairs(sync_buckets) do
     local k = window_keys(bucket, now)
     local a, s = dict:get(k[1]) or 0, dict:get(k[3]) or 0
     if a > s then todo[#todo + 1] = { k = k, bucket = bucket, a = a, s = s } end
@@ -420,7 +415,7 @@ local function admit(bucket, limit)
     redis_failed(err)
   end
   -- incr with an initial value and a time to live: the window's counter of this instance.
-  return (dict:incr(bucket .. ":" .. second, 1, 0, WINDOW_TTL_S) or 0) <= limit
+  return (dict:incr(window_keys(bucket, second)[1], 1, 0, WINDOW_TTL_S) or 0) <= limit
 end
 
 function M.init_worker()
