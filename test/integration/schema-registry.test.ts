@@ -187,10 +187,10 @@ describe('Schema Registry value formats', () => {
         await svc.exited;
       }
 
-      const second = await startService(env);
+      const replay = await startService(env);
       try {
-        expect(second.output.join('\n')).toMatch(/the journal holds points an earlier process did not see acknowledged/);
-        await untilJournalEmpty(second, 'the journal produced again');
+        expect(replay.output.join('\n')).toMatch(/the journal holds points an earlier process did not see acknowledged/);
+        await untilJournalEmpty(replay, 'the journal produced again');
         const messages = await consumeAll(topic, { expected: accepted.length, partitions: 3, toEnd: true });
         const byKey = new Map<string, Buffer[]>();
         for (const m of messages) byKey.set(m.key, [...(byKey.get(m.key) ?? []), m.bytes]);
@@ -210,7 +210,7 @@ describe('Schema Registry value formats', () => {
         const sent = new Map(accepted.map((p) => [String(p.container_id), expected(p)]));
         for (const d of decoded) expect(d).toEqual(sent.get(String(d.container_id)) ?? d);
       } finally {
-        await second.stop();
+        await replay.stop();
         await deleteTopic(topic);
       }
     },
