@@ -180,7 +180,7 @@ describe('Schema Registry value formats', () => {
             if (res?.status === 202) accepted.push(...points);
           }
         });
-        await new Promise((r) => setTimeout(r, 2_500));
+        await new Promise((r) => setTimeout(r, 1_000));
         process.kill(-svc.proc.pid!, 'SIGKILL');
         killed = true;
         await Promise.all(loops);
